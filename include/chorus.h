@@ -1,0 +1,281 @@
+/*
+ * chorus.h - the one public header of Chorus, a collective-communication library for
+ * distributed training on CPUs and ordinary networks.
+ *
+ * Conventions: every call returns chorus_status_t; CHORUS_OK == 0, CHORUS_INPROGRESS > 0 and
+ * every error is negative, so `if (st < 0)` is the error test. Handles are opaque. Counts are
+ * element counts (size_t), never bytes. A collective call must be made by every rank of the
+ * communicator, in the same order, with matching arguments. Blocking calls are the non-blocking
+ * call followed by chorus_wait. Long-form documentation lives in README.md and docs/.
+ */
+#ifndef CHORUS_H
+#define CHORUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHORUS_VERSION_MAJOR 0
+#define CHORUS_VERSION_MINOR 1
+#define CHORUS_VERSION_PATCH 0
+#define CHORUS_VERSION_CODE \
+  (CHORUS_VERSION_MAJOR * 10000 + CHORUS_VERSION_MINOR * 100 + CHORUS_VERSION_PATCH)
+
+#define CHORUS_API __attribute__((visibility("default")))
+
+typedef struct chorus_comm chorus_comm_t; /* a communicator: a group of ranks */
+typedef struct chorus_req chorus_req_t;   /* a non-blocking operation in flight */
+
+/* Status codes: name, value, message. */
+#define CHORUS_STATUS_MAP(XX)                                                          \
+  XX(OK, 0, "success")                                                                 \
+  XX(INPROGRESS, 1, "operation in progress")                                           \
+  XX(ERR_INVALID_ARG, -1, "invalid argument")                                          \
+  XX(ERR_INVALID_USAGE, -2, "invalid usage")                                           \
+  XX(ERR_NO_MEMORY, -3, "out of memory")                                               \
+  XX(ERR_SYSTEM, -4, "system call failed")                                             \
+  XX(ERR_REMOTE, -5, "a peer failed or closed its connection")                         \
+  XX(ERR_TIMEOUT, -6, "timed out")                                                     \
+  XX(ERR_COMM_BROKEN, -7, "communicator is broken by an earlier error")                \
+  XX(ERR_NOT_SUPPORTED, -8, "not supported")                                           \
+  XX(ERR_MISMATCH, -9, "ranks made mismatched calls")                                  \
+  XX(ERR_PROTOCOL, -10, "protocol violation (bad frame, handshake or secret)")         \
+  XX(ERR_INTERNAL, -11, "internal error")
+
+typedef enum {
+#define CHORUS_XX_(name, val, str) CHORUS_##name = val,
+  CHORUS_STATUS_MAP(CHORUS_XX_)
+#undef CHORUS_XX_
+} chorus_status_t;
+
+/* Element types: name, size in bytes. float16 is IEEE binary16, bfloat16 the top half of a
+ * float32; both are reduced in float32 and rounded to nearest even. */
+#define CHORUS_DTYPE_MAP(XX) \
+  XX(INT8, "int8", 1)        \
+  XX(UINT8, "uint8", 1)      \
+  XX(INT32, "int32", 4)      \
+  XX(UINT32, "uint32", 4)    \
+  XX(INT64, "int64", 8)      \
+  XX(UINT64, "uint64", 8)    \
+  XX(FLOAT16, "float16", 2)  \
+  XX(BFLOAT16, "bfloat16", 2) \
+  XX(FLOAT32, "float32", 4)  \
+  XX(FLOAT64, "float64", 8)
+
+typedef enum {
+#define CHORUS_XX_(name, str, size) CHORUS_##name,
+  CHORUS_DTYPE_MAP(CHORUS_XX_)
+#undef CHORUS_XX_
+  CHORUS_DTYPE_COUNT
+} chorus_dtype_t;
+
+/* Reduction operations. AVG is a sum divided once, at the end, by the number of ranks; for
+ * integer types the division truncates toward zero (C semantics). */
+#define CHORUS_OP_MAP(XX) \
+  XX(SUM, "sum")          \
+  XX(PROD, "prod")        \
+  XX(MAX, "max")          \
+  XX(MIN, "min")          \
+  XX(AVG, "avg")
+
+typedef enum {
+#define CHORUS_XX_(name, str) CHORUS_##name,
+  CHORUS_OP_MAP(CHORUS_XX_)
+#undef CHORUS_XX_
+  CHORUS_OP_COUNT
+} chorus_op_t;
+
+/* Opaque bootstrap identity: made by one process with chorus_get_unique_id and handed to all
+ * ranks by any means (a file, MPI_Bcast, a store). It carries the store address, a random
+ * communicator id and the shared secret that every connection must present. */
+typedef struct {
+  char internal[128];
+} chorus_unique_id_t;
+
+/* Optional settings for a new communicator. Always initialise with CHORUS_CONFIG_INIT so that
+ * fields added later keep old binaries working. A zero or NULL field means "use the CHORUS_*
+ * environment variable, or its default". */
+typedef struct {
+  size_t size;             /* sizeof(chorus_config_t), set by CHORUS_CONFIG_INIT */
+  unsigned version;        /* CHORUS_VERSION_CODE, set by CHORUS_CONFIG_INIT */
+  int timeout_sec;         /* bound on every operation (CHORUS_TIMEOUT_SEC) */
+  int connect_timeout_sec; /* bound on set-up and connections (CHORUS_CONNECT_TIMEOUT_SEC) */
+  int nsocks_per_peer;     /* TCP sockets per peer (CHORUS_NSOCKS_PER_PEER) */
+  const char* name;        /* a label used in log lines; copied */
+} chorus_config_t;
+
+#define CHORUS_CONFIG_INIT {sizeof(chorus_config_t), CHORUS_VERSION_CODE, 0, 0, 0, NULL}
+
+/* Passing this color to chorus_comm_split leaves the rank out of every new communicator. */
+#define CHORUS_SPLIT_NOCOLOR (-1)
+
+/* ---- names and versions (not collective, never fail) ---- */
+
+/* "CHORUS_ERR_TIMEOUT" for CHORUS_ERR_TIMEOUT; "CHORUS_UNKNOWN_STATUS" for other values. */
+CHORUS_API const char* chorus_status_name(chorus_status_t st);
+/* A short sentence for the status, e.g. "timed out". */
+CHORUS_API const char* chorus_status_str(chorus_status_t st);
+/* "float32"; NULL for a value that is not a chorus_dtype_t. */
+CHORUS_API const char* chorus_dtype_name(chorus_dtype_t dtype);
+/* Bytes per element; 0 for a value that is not a chorus_dtype_t. */
+CHORUS_API size_t chorus_dtype_size(chorus_dtype_t dtype);
+/* "sum"; NULL for a value that is not a chorus_op_t. */
+CHORUS_API const char* chorus_op_name(chorus_op_t op);
+/* CHORUS_VERSION_CODE of the library actually loaded. */
+CHORUS_API int chorus_version(void);
+
+/* ---- communicator lifecycle ---- */
+
+/* Makes a new unique id. Called by one process (normally the future rank 0), which then serves
+ * the bootstrap store for the ranks that join with this id; the store stops by itself once all
+ * ranks have joined. Returns OK, ERR_INVALID_ARG, ERR_SYSTEM. Not collective. */
+CHORUS_API chorus_status_t chorus_get_unique_id(chorus_unique_id_t* id);
+
+/* Creates a communicator of nranks ranks in which the caller is `rank` (0 <= rank < nranks).
+ * Collective over all nranks callers of the same id; blocks until every rank has joined or the
+ * connect timeout expires. cfg may be NULL. Returns OK, ERR_INVALID_ARG, ERR_TIMEOUT (naming the
+ * store address or the ranks that never joined), ERR_PROTOCOL, ERR_SYSTEM, ERR_NO_MEMORY. */
+CHORUS_API chorus_status_t chorus_comm_init(chorus_comm_t** comm, int nranks, int rank,
+                                            const chorus_unique_id_t* id,
+                                            const chorus_config_t* cfg);
+
+/* Creates a communicator from the environment, trying in order: CHORUS_RANK/CHORUS_SIZE/
+ * CHORUS_ADDR (host:port of the store that rank 0 serves); torchrun's RANK/WORLD_SIZE/
+ * MASTER_ADDR/MASTER_PORT; Slurm's SLURM_PROCID/SLURM_NTASKS; Open MPI's OMPI_COMM_WORLD_RANK/
+ * OMPI_COMM_WORLD_SIZE (the last two need CHORUS_ADDR or MASTER_ADDR/MASTER_PORT for the store).
+ * CHORUS_SECRET, when set, is the shared secret. Collective. Returns as chorus_comm_init, plus
+ * ERR_INVALID_ARG naming a missing or malformed variable. */
+CHORUS_API chorus_status_t chorus_comm_init_env(chorus_comm_t** comm, const chorus_config_t* cfg);
+
+/* Splits comm into disjoint communicators, one per color; ranks are ordered by (key, old rank).
+ * A rank passing CHORUS_SPLIT_NOCOLOR gets *newcomm = NULL. Collective over comm. Returns OK,
+ * ERR_INVALID_ARG, ERR_COMM_BROKEN, and the errors of chorus_comm_init. */
+CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int key,
+                                             chorus_comm_t** newcomm);
+
+/* Waits for the communicator's operations, then frees it and every resource it holds (sockets,
+ * threads, segments). Requests of the communicator must be freed first or are freed here. Not
+ * collective, but a rank should destroy only after its peers no longer need it. NULL is OK. */
+CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm);
+
+/* Marks the communicator broken and wakes every waiter at once: operations in flight end with
+ * ERR_COMM_BROKEN and peers see their connections close. Never blocks; may be called from any
+ * thread, repeatedly. The handle must still be released with chorus_comm_destroy. */
+CHORUS_API chorus_status_t chorus_comm_abort(chorus_comm_t* comm);
+
+/* Queries. Each returns OK or ERR_INVALID_ARG (NULL arguments). local_rank/local_size are the
+ * caller's position among the ranks on its host; host_count the number of distinct hosts. */
+CHORUS_API chorus_status_t chorus_comm_rank(const chorus_comm_t* comm, int* rank);
+CHORUS_API chorus_status_t chorus_comm_size(const chorus_comm_t* comm, int* size);
+CHORUS_API chorus_status_t chorus_comm_local_rank(const chorus_comm_t* comm, int* local_rank);
+CHORUS_API chorus_status_t chorus_comm_local_size(const chorus_comm_t* comm, int* local_size);
+CHORUS_API chorus_status_t chorus_comm_host_count(const chorus_comm_t* comm, int* host_count);
+
+/* The full sentence describing the last error on this communicator (naming the operation,
+ * sequence number and peer), or "" if none. Valid until the next call on comm. */
+CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm);
+
+/* ---- collectives (blocking) ----
+ * In place when sendbuf == recvbuf (for allgather/gather: when sendbuf is the caller's slot of
+ * recvbuf). Every call returns OK, ERR_INVALID_ARG, ERR_COMM_BROKEN, ERR_NOT_SUPPORTED (a forced
+ * CHORUS_ALGO that cannot serve the call), ERR_MISMATCH, ERR_REMOTE, ERR_TIMEOUT, ERR_NO_MEMORY. */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], on every rank; count elements. */
+CHORUS_API chorus_status_t chorus_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                            chorus_dtype_t dtype, chorus_op_t op,
+                                            chorus_comm_t* comm);
+/* Root's sendbuf (count elements) lands in every rank's recvbuf; sendbuf is read on root only. */
+CHORUS_API chorus_status_t chorus_broadcast(const void* sendbuf, void* recvbuf, size_t count,
+                                            chorus_dtype_t dtype, int root, chorus_comm_t* comm);
+/* Like allreduce, but only root's recvbuf receives the result (recvbuf unused elsewhere). */
+CHORUS_API chorus_status_t chorus_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                                         chorus_dtype_t dtype, chorus_op_t op, int root,
+                                         chorus_comm_t* comm);
+/* recvbuf (nranks * sendcount) holds every rank's sendbuf, in rank order. */
+CHORUS_API chorus_status_t chorus_allgather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                            chorus_dtype_t dtype, chorus_comm_t* comm);
+/* sendbuf holds nranks * recvcount elements; rank r's recvbuf gets block r of the reduction.
+ * In place when recvbuf == sendbuf + r * recvcount elements. */
+CHORUS_API chorus_status_t chorus_reduce_scatter(const void* sendbuf, void* recvbuf,
+                                                 size_t recvcount, chorus_dtype_t dtype,
+                                                 chorus_op_t op, chorus_comm_t* comm);
+/* Block j (count elements) of rank i's sendbuf lands as block i of rank j's recvbuf. */
+CHORUS_API chorus_status_t chorus_alltoall(const void* sendbuf, void* recvbuf, size_t count,
+                                           chorus_dtype_t dtype, chorus_comm_t* comm);
+/* Root's recvbuf (nranks * sendcount) receives every rank's sendbuf in rank order. */
+CHORUS_API chorus_status_t chorus_gather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                         chorus_dtype_t dtype, int root, chorus_comm_t* comm);
+/* Block r (recvcount elements) of root's sendbuf lands in rank r's recvbuf. */
+CHORUS_API chorus_status_t chorus_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                          chorus_dtype_t dtype, int root, chorus_comm_t* comm);
+/* Returns once every rank has entered the barrier. */
+CHORUS_API chorus_status_t chorus_barrier(chorus_comm_t* comm);
+
+/* Point to point. Messages between a pair arrive in the order they were sent. Operations of
+ * one communicator execute in the order they were posted, so two ranks that both send a large
+ * message to each other before receiving must use chorus_sendrecv. Not collective. */
+CHORUS_API chorus_status_t chorus_send(const void* buf, size_t count, chorus_dtype_t dtype,
+                                       int peer, chorus_comm_t* comm);
+CHORUS_API chorus_status_t chorus_recv(void* buf, size_t count, chorus_dtype_t dtype, int peer,
+                                       chorus_comm_t* comm);
+/* Sends sendcount elements to dst and receives recvcount elements from src, both at once. */
+CHORUS_API chorus_status_t chorus_sendrecv(const void* sendbuf, size_t sendcount, int dst,
+                                           void* recvbuf, size_t recvcount, int src,
+                                           chorus_dtype_t dtype, chorus_comm_t* comm);
+
+/* ---- non-blocking twins: same arguments plus *req; the buffers must stay untouched until the
+ * request completes. Operations of a communicator complete in posting order; they progress in
+ * a background thread of the communicator. ---- */
+CHORUS_API chorus_status_t chorus_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                             chorus_dtype_t dtype, chorus_op_t op,
+                                             chorus_comm_t* comm, chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_ibroadcast(const void* sendbuf, void* recvbuf, size_t count,
+                                             chorus_dtype_t dtype, int root, chorus_comm_t* comm,
+                                             chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_ireduce(const void* sendbuf, void* recvbuf, size_t count,
+                                          chorus_dtype_t dtype, chorus_op_t op, int root,
+                                          chorus_comm_t* comm, chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_iallgather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                             chorus_dtype_t dtype, chorus_comm_t* comm,
+                                             chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_ireduce_scatter(const void* sendbuf, void* recvbuf,
+                                                  size_t recvcount, chorus_dtype_t dtype,
+                                                  chorus_op_t op, chorus_comm_t* comm,
+                                                  chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_ialltoall(const void* sendbuf, void* recvbuf, size_t count,
+                                            chorus_dtype_t dtype, chorus_comm_t* comm,
+                                            chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_igather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                          chorus_dtype_t dtype, int root, chorus_comm_t* comm,
+                                          chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_iscatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                           chorus_dtype_t dtype, int root, chorus_comm_t* comm,
+                                           chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_ibarrier(chorus_comm_t* comm, chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_isend(const void* buf, size_t count, chorus_dtype_t dtype,
+                                        int peer, chorus_comm_t* comm, chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_irecv(void* buf, size_t count, chorus_dtype_t dtype, int peer,
+                                        chorus_comm_t* comm, chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_isendrecv(const void* sendbuf, size_t sendcount, int dst,
+                                            void* recvbuf, size_t recvcount, int src,
+                                            chorus_dtype_t dtype, chorus_comm_t* comm,
+                                            chorus_req_t** req);
+
+/* Sets *done to 1 when the request has completed (then returns its final status), else to 0
+ * and returns CHORUS_INPROGRESS. Never blocks. */
+CHORUS_API chorus_status_t chorus_test(chorus_req_t* req, int* done);
+/* Blocks until the request completes and returns its status. Waiting spins briefly, then
+ * sleeps; it is bounded by the communicator's timeout. */
+CHORUS_API chorus_status_t chorus_wait(chorus_req_t* req);
+/* Releases a request. Releasing one still in flight is allowed: it completes in the
+ * background and its result is discarded. NULL is ignored. */
+CHORUS_API void chorus_req_free(chorus_req_t* req);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CHORUS_H */

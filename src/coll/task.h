@@ -1,0 +1,89 @@
+/*
+ * task.h - one collective (or point-to-point) operation in flight: its arguments, the algorithm
+ * chosen for it, the algorithm's resumable state and the engine's bookkeeping. Built by
+ * src/coll, advanced by the algorithm's progress function, driven by src/core/progress.c.
+ */
+#ifndef CHORUS_TASK_H
+#define CHORUS_TASK_H
+
+#include <stdint.h>
+
+#include "chorus.h"
+
+/* The operation kinds. The order is part of the wire format (frame header `coll`). */
+#define CHORUS_COLL_MAP(XX)              \
+  XX(ALLREDUCE, "allreduce")             \
+  XX(BROADCAST, "broadcast")             \
+  XX(REDUCE, "reduce")                   \
+  XX(ALLGATHER, "allgather")             \
+  XX(REDUCE_SCATTER, "reduce_scatter")   \
+  XX(ALLTOALL, "alltoall")               \
+  XX(GATHER, "gather")                   \
+  XX(SCATTER, "scatter")                 \
+  XX(BARRIER, "barrier")                 \
+  XX(SEND, "send")                       \
+  XX(RECV, "recv")                       \
+  XX(SENDRECV, "sendrecv")
+
+typedef enum {
+#define CHORUS_XX_(name, str) CH_COLL_##name,
+  CHORUS_COLL_MAP(CHORUS_XX_)
+#undef CHORUS_XX_
+  CH_COLL_COUNT
+} chorus_coll_t;
+
+const char* chorus__coll_name(chorus_coll_t coll); /* "allreduce"; "?" when out of range */
+int chorus__coll_from_name(const char* name);      /* -1 when unknown */
+
+/* The arguments of one call, as the user gave them. */
+typedef struct {
+  chorus_coll_t coll;
+  const void* sendbuf;
+  void* recvbuf;
+  /* allreduce, broadcast, reduce: elements of the whole buffer; allgather, gather: elements
+   * each rank sends; reduce_scatter, scatter: elements each rank receives; alltoall: elements
+   * per peer block; send, recv: message elements; sendrecv: elements sent. */
+  size_t count;
+  size_t recvcount; /* sendrecv: elements received */
+  chorus_dtype_t dtype;
+  chorus_op_t op;
+  int root; /* broadcast/reduce/gather/scatter: root; send, sendrecv: destination; recv: source */
+  int peer; /* sendrecv: source */
+} chorus_coll_args_t;
+
+struct chorus_comm;
+struct chorus_algo;
+struct chorus_req;
+
+typedef struct chorus_task {
+  chorus_coll_args_t args;
+  struct chorus_comm* comm;
+  const struct chorus_algo* algo;
+
+  int rank;           /* the caller's rank in comm */
+  int nranks;         /* comm size */
+  size_t dtype_size;  /* bytes per element */
+  size_t chunk_bytes; /* pipelining unit (CHORUS_BUFF_SIZE), a multiple of 64 bytes */
+
+  /* Sequence numbers stamped on frames: collectives use the communicator's sequence number for
+   * both; point-to-point uses the per-pair counters of the send and receive directions. */
+  uint64_t seq;
+  uint64_t send_seq;
+  uint64_t recv_seq;
+
+  /* Free for the algorithm's resumable state machine. Zero when init is called. */
+  int phase;
+  size_t step;
+  void* state; /* allocated by algo->init, released by algo->fini */
+
+  /* Engine bookkeeping (src/core/progress.c); algorithms do not touch these. */
+  chorus_status_t status;    /* INPROGRESS until the task ends */
+  struct chorus_task* next;  /* queue link */
+  struct chorus_req* req;    /* the request that reports completion */
+  uint64_t post_ns;          /* when posted */
+  uint64_t start_ns;         /* when the algorithm started */
+  uint64_t last_progress_ns; /* last time any of its transfers moved */
+  int blocking;              /* posted by a blocking call */
+} chorus_task_t;
+
+#endif /* CHORUS_TASK_H */

@@ -1,0 +1,50 @@
+/*
+ * conn.h - the message-semantics interface that algorithms use to move bytes between ranks.
+ *
+ * An algorithm posts transfers with chorus__conn_isend/irecv and later checks
+ * chorus__xfer_done(). Posting never blocks. Transfers to one peer leave in posting order and
+ * are matched on the receiving side in posting order: the k-th send from A to B within a task
+ * lands in B's k-th receive from A. `tag` must be equal on both sides (it is checked, and a
+ * difference is reported as a mismatch); use it to number steps/chunks. Sending to or
+ * receiving from the caller's own rank is allowed (memory copy).
+ *
+ * The chorus_xfer_t must stay at the same address until it is done or the task has ended:
+ * the transport keeps a pointer to it. Errors (peer death, mismatch, timeout) are not reported
+ * here: the engine fails the whole task and never calls the algorithm's progress again.
+ */
+#ifndef CHORUS_CONN_H
+#define CHORUS_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coll/task.h"
+
+typedef struct chorus_xfer {
+  /* Transport-private fields; zero-initialise (or let post overwrite) before posting. */
+  struct chorus_xfer* next;
+  struct chorus_task* task;
+  char* buf;
+  size_t nbytes;
+  size_t done_bytes;
+  uint64_t seq;
+  uint32_t tag;
+  int peer;
+  int is_send;
+  int hdr_done;     /* send: header written; recv: header read and checked */
+  size_t hdr_off;   /* send: header bytes written so far */
+  int nparts;       /* >1 when striped over several sockets */
+  int parts_done;
+  volatile int done; /* set to 1 by the transport when the transfer completed */
+} chorus_xfer_t;
+
+chorus_status_t chorus__conn_isend(chorus_task_t* t, int peer, const void* buf, size_t nbytes,
+                                   uint32_t tag, chorus_xfer_t* x);
+chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t nbytes,
+                                   uint32_t tag, chorus_xfer_t* x);
+
+static inline int chorus__xfer_done(const chorus_xfer_t* x) {
+  return __atomic_load_n(&x->done, __ATOMIC_ACQUIRE);
+}
+
+#endif /* CHORUS_CONN_H */
