@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "coll/task.h"
+#include "transport/frame.h"
 
 typedef struct chorus_xfer {
   /* Transport-private fields; zero-initialise (or let post overwrite) before posting. */
@@ -35,6 +36,7 @@ typedef struct chorus_xfer {
   size_t hdr_off;   /* send: header bytes written so far */
   int nparts;       /* >1 when striped over several sockets */
   int parts_done;
+  chorus_frame_hdr_t hdr; /* send: the header to write; recv: the header expected */
   volatile int done; /* set to 1 by the transport when the transfer completed */
 } chorus_xfer_t;
 

@@ -1,0 +1,24 @@
+/*
+ * algos.h - the registry entries defined by the algorithm files, one per (family, operation).
+ * registry.c lists them in chorus__algos[]; each algorithm file defines exactly one or, for
+ * direct/p2p.c, three of them.
+ */
+#ifndef CHORUS_ALGOS_H
+#define CHORUS_ALGOS_H
+
+#include "algo/algo.h"
+
+extern const chorus_algo_t chorus__algo_ring_allreduce;
+extern const chorus_algo_t chorus__algo_ring_allgather;
+extern const chorus_algo_t chorus__algo_ring_reduce_scatter;
+extern const chorus_algo_t chorus__algo_tree_broadcast;
+extern const chorus_algo_t chorus__algo_tree_reduce;
+extern const chorus_algo_t chorus__algo_pairwise_alltoall;
+extern const chorus_algo_t chorus__algo_dissemination_barrier;
+extern const chorus_algo_t chorus__algo_linear_gather;
+extern const chorus_algo_t chorus__algo_linear_scatter;
+extern const chorus_algo_t chorus__algo_direct_send;
+extern const chorus_algo_t chorus__algo_direct_recv;
+extern const chorus_algo_t chorus__algo_direct_sendrecv;
+
+#endif /* CHORUS_ALGOS_H */

@@ -1,0 +1,69 @@
+/*
+ * common.h - small helpers shared by the algorithm files: a transfer that knows when it carried
+ * nothing (collectives skip zero-byte chunks on both sides, since both sides compute the same
+ * sizes), local copies, the reduction kernel for an op, and the integer log used by the cost
+ * formulas. Internal to src/algo.
+ */
+#ifndef CHORUS_ALGO_COMMON_H
+#define CHORUS_ALGO_COMMON_H
+
+#include <string.h>
+
+#include "algo/algo.h"
+
+/* A posted transfer, or a zero-byte one that was never posted and counts as done. */
+typedef struct {
+  chorus_xfer_t x;
+  int skipped;
+} chorus_algo_xfer_t;
+
+/* Posts a send (is_send = 1) or a receive, unless nbytes is 0: both ends of a collective agree
+ * on every size, so both skip the same empty chunks and the per-pair FIFO stays aligned. */
+static inline chorus_status_t chorus__algo_post(chorus_task_t* t, chorus_algo_xfer_t* ax,
+                                                int is_send, int peer, const void* buf,
+                                                size_t nbytes, uint32_t tag) {
+  memset(ax, 0, sizeof(*ax));
+  if (nbytes == 0) {
+    ax->skipped = 1;
+    return CHORUS_OK;
+  }
+  if (is_send) return chorus__conn_isend(t, peer, buf, nbytes, tag, &ax->x);
+  return chorus__conn_irecv(t, peer, (void*)buf, nbytes, tag, &ax->x);
+}
+
+static inline int chorus__algo_done(const chorus_algo_xfer_t* ax) {
+  return ax->skipped || chorus__xfer_done(&ax->x);
+}
+
+/* Copies src to dst unless they are the same bytes (an in-place call); memmove so that a
+ * caller's overlapping in-place layout (e.g. scatter with recvbuf == sendbuf) stays correct. */
+static inline void chorus__algo_copy(void* dst, const void* src, size_t nbytes) {
+  if (dst != src && nbytes) memmove(dst, src, nbytes);
+}
+
+/* The element-wise kernel for op; AVG sums here and divides once at the end. */
+static inline chorus_reduce_fn chorus__algo_reduce_fn(chorus_dtype_t dtype, chorus_op_t op) {
+  return chorus__reduce_fn(dtype, op == CHORUS_AVG ? CHORUS_SUM : op);
+}
+
+/* supported() of every reducing algorithm: a kernel exists for (dtype, op). */
+static inline int chorus__algo_reduce_supported(const chorus_task_t* t) {
+  return chorus__algo_reduce_fn(t->args.dtype, t->args.op) != NULL;
+}
+
+/* ceil(log2(n)) for n >= 1: rounds of a binomial tree or a dissemination barrier. */
+static inline int chorus__ceil_log2(int n) {
+  int rounds = 0;
+  while (n > 1 && (1L << rounds) < (long)n) rounds++;
+  return rounds;
+}
+
+/* Chunks of at most chunk_bytes (rounded down to whole elements, at least one element). */
+static inline size_t chorus__chunk_elems(const chorus_task_t* t) {
+  size_t elems = t->dtype_size ? t->chunk_bytes / t->dtype_size : 0;
+  return elems ? elems : 1;
+}
+
+static inline size_t chorus__div_up(size_t a, size_t b) { return a / b + (a % b != 0); }
+
+#endif /* CHORUS_ALGO_COMMON_H */

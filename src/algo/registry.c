@@ -1,0 +1,30 @@
+/*
+ * registry.c - the table of every algorithm, in preference order per operation (the first
+ * entry of an operation is its default when no cost model or override chooses), and the
+ * lookup by (operation, name) that CHORUS_ALGO overrides, chorus-diag and chorus-perf use.
+ */
+#include <string.h>
+
+#include "algo/algos.h"
+
+const chorus_algo_t* const chorus__algos[] = {
+    &chorus__algo_ring_allreduce,        &chorus__algo_tree_broadcast,
+    &chorus__algo_tree_reduce,           &chorus__algo_ring_allgather,
+    &chorus__algo_ring_reduce_scatter,   &chorus__algo_pairwise_alltoall,
+    &chorus__algo_linear_gather,         &chorus__algo_linear_scatter,
+    &chorus__algo_dissemination_barrier, &chorus__algo_direct_send,
+    &chorus__algo_direct_recv,           &chorus__algo_direct_sendrecv,
+};
+
+const size_t chorus__nalgos = sizeof(chorus__algos) / sizeof(chorus__algos[0]);
+
+/* The algorithm called `name` for coll; with name NULL or "", the first one listed for coll.
+ * NULL when there is none. */
+const chorus_algo_t* chorus__algo_find(chorus_coll_t coll, const char* name) {
+  for (size_t i = 0; i < chorus__nalgos; i++) {
+    const chorus_algo_t* a = chorus__algos[i];
+    if (a->coll != coll) continue;
+    if (!name || !*name || strcmp(a->name, name) == 0) return a;
+  }
+  return NULL;
+}

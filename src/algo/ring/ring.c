@@ -1,0 +1,336 @@
+/*
+ * ring.c - the engine behind ring allreduce, reduce_scatter and allgather: one chunk-pipelined
+ * schedule around the ring r -> r+1, of which the standalone collectives run one half.
+ * The data is n segments, each cut into K chunks of at most chunk_bytes; a unit u = s*K + c is
+ * chunk c of step s. Sends and receives are both posted in increasing u with tag u, so the
+ * k-th message of a pair is the same unit on both ends. Zero-byte units are skipped by both.
+ */
+#include "algo/ring/ring.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/common.h"
+
+/*
+ * At step s rank r sends segment (r - s + shift) mod n to r+1 and receives segment
+ * (r - s - 1 + shift) mod n from r-1. shift = 0 for allreduce (rank r ends the reduce-scatter
+ * half owning segment r+1, which its allgather half sends first) and allgather; shift = -1 for
+ * reduce_scatter, so that rank r ends owning block r.
+ *
+ * Steps s < rs_steps reduce: the receive lands in one of `nslots` scratch slots (slot u mod
+ * nslots) and is reduced with this rank's own input chunk. Allreduce writes the result straight
+ * into recvbuf and forwards from there (no sendbuf->recvbuf copy). Reduce_scatter has no user
+ * buffer for partial sums, so it reduces in the slot and forwards from it: such a slot stays
+ * busy until that forwarding send is done, K units later, hence K extra slots. The last reduce
+ * step writes the final chunk (divided by n for avg before it travels on, so that every rank
+ * ends with the same bits). Later steps receive straight into recvbuf.
+ *
+ * Dependencies, checked with in-order cursors (recvs_done, sends_done):
+ *   send (s,c), s >= 1      after receive (s-1,c) is done and reduced;
+ *   reduce receive u        after the slot's previous unit u-nslots is free;
+ *   allreduce allgather receive (n-1+k, c), which overwrites the segment that send (k,c)
+ *                           read, after send (k,c) is done (causally already true; cheap);
+ *   at most nrecv_xfers receives and nsend_xfers sends in flight.
+ * Every wait points at a smaller unit index on some rank, so the schedule cannot deadlock even
+ * when a send completes only once its receive is posted.
+ */
+
+typedef struct {
+  chorus_ring_kind_t kind;
+  int nranks, rank, next, prev;
+  size_t elem_bytes;
+  chorus_dtype_t dtype;
+  chorus_op_t op;
+  chorus_reduce_fn reduce;
+  const char* sendbuf;
+  char* recvbuf;
+
+  size_t seg_base_elems; /* segment i holds seg_base_elems + (i < seg_rem) elements */
+  size_t seg_rem;
+  int seg_shift;
+  size_t chunk_elems;
+  size_t nchunks;  /* K: chunks per segment */
+  size_t rs_steps; /* the first rs_steps steps receive-and-reduce */
+  size_t nunits;   /* steps * K */
+
+  char* slots; /* nslots scratch chunks for reduce receives */
+  size_t nslots, slot_bytes;
+  int hold_for_forward; /* reduce_scatter: a slot is free only once forwarded */
+
+  chorus_algo_xfer_t* recv_xfers; /* ring of nrecv_xfers, unit u at u % nrecv_xfers */
+  chorus_algo_xfer_t* send_xfers; /* ring of nsend_xfers */
+  size_t nrecv_xfers, nsend_xfers;
+  size_t recvs_posted, recvs_done; /* recvs_done: units received and reduced, in order */
+  size_t sends_posted, sends_done;
+
+  int copy_pending; /* nranks == 1, or allgather's own block */
+  char* copy_dst;
+  const char* copy_src;
+  size_t copy_bytes;
+} ring_t;
+
+/* ---- geometry ---- */
+
+static int step_seg(const ring_t* g, size_t step, int offset) {
+  int n = g->nranks;
+  return chorus__mod(g->rank + g->seg_shift + offset - (int)(step % (size_t)n), n);
+}
+static int send_seg(const ring_t* g, size_t step) { return step_seg(g, step, 0); }
+static int recv_seg(const ring_t* g, size_t step) { return step_seg(g, step, -1); }
+
+static size_t seg_first_elem(const ring_t* g, int seg) {
+  size_t i = (size_t)seg;
+  return i * g->seg_base_elems + chorus__min_sz(i, g->seg_rem);
+}
+
+static size_t seg_elems(const ring_t* g, int seg) {
+  return g->seg_base_elems + ((size_t)seg < g->seg_rem ? 1 : 0);
+}
+
+static size_t unit_elems(const ring_t* g, int seg, size_t chunk) {
+  size_t total = seg_elems(g, seg), first = chunk * g->chunk_elems;
+  return first >= total ? 0 : chorus__min_sz(g->chunk_elems, total - first);
+}
+
+/* Chunk `chunk` of segment `seg` of a buffer laid out as the n segments. */
+static char* seg_chunk(const ring_t* g, const char* base, int seg, size_t chunk) {
+  return (char*)base + (seg_first_elem(g, seg) + chunk * g->chunk_elems) * g->elem_bytes;
+}
+
+/* Chunk `chunk` of a buffer that holds one segment only (allgather input, reduce_scatter
+ * output). */
+static char* block_chunk(const ring_t* g, const char* base, size_t chunk) {
+  return (char*)base + chunk * g->chunk_elems * g->elem_bytes;
+}
+
+static char* slot_of(const ring_t* g, size_t unit) {
+  return g->slots + (unit % g->nslots) * g->slot_bytes;
+}
+
+/* ---- where each unit's bytes come from and go to ---- */
+
+static const char* send_src(const ring_t* g, size_t unit) {
+  size_t step = unit / g->nchunks, chunk = unit % g->nchunks;
+  if (step == 0 && g->kind == CHORUS_RING_ALLGATHER) return block_chunk(g, g->sendbuf, chunk);
+  if (step == 0) return seg_chunk(g, g->sendbuf, send_seg(g, 0), chunk);
+  if (g->kind == CHORUS_RING_REDUCE_SCATTER) return slot_of(g, unit - g->nchunks);
+  return seg_chunk(g, g->recvbuf, send_seg(g, step), chunk);
+}
+
+static char* recv_dst(const ring_t* g, size_t unit) {
+  size_t step = unit / g->nchunks;
+  if (step < g->rs_steps) return slot_of(g, unit);
+  return seg_chunk(g, g->recvbuf, recv_seg(g, step), unit % g->nchunks);
+}
+
+/* Combines a received reduce-step chunk with this rank's own input chunk. */
+static void reduce_unit(const ring_t* g, size_t unit) {
+  size_t step = unit / g->nchunks, chunk = unit % g->nchunks;
+  if (step >= g->rs_steps) return; /* allgather receives land in place */
+  int seg = recv_seg(g, step);
+  size_t elems = unit_elems(g, seg, chunk);
+  if (elems == 0) return;
+  int last = step + 1 == g->rs_steps;
+  char* scratch = slot_of(g, unit);
+  const char* mine = seg_chunk(g, g->sendbuf, seg, chunk);
+  char* dst = scratch;
+  if (g->kind == CHORUS_RING_ALLREDUCE) dst = seg_chunk(g, g->recvbuf, seg, chunk);
+  else if (last) dst = block_chunk(g, g->recvbuf, chunk);
+  g->reduce(dst, scratch, mine, elems);
+  if (last && g->op == CHORUS_AVG) chorus__reduce_avg_finish(dst, elems, g->dtype, g->nranks);
+}
+
+/* ---- dependencies ---- */
+
+static int slot_free(const ring_t* g, size_t unit) {
+  if (g->recvs_done <= unit) return 0;
+  if (!g->hold_for_forward || unit / g->nchunks + 1 >= g->rs_steps) return 1;
+  return g->sends_done > unit + g->nchunks;
+}
+
+static int can_post_recv(const ring_t* g, size_t unit) {
+  if (unit >= g->nunits || unit >= g->recvs_done + g->nrecv_xfers) return 0;
+  size_t step = unit / g->nchunks;
+  if (step < g->rs_steps) return unit < g->nslots || slot_free(g, unit - g->nslots);
+  if (g->kind == CHORUS_RING_ALLREDUCE) {
+    size_t overwritten_send = unit - (size_t)(g->nranks - 1) * g->nchunks;
+    return g->sends_done > overwritten_send;
+  }
+  return 1;
+}
+
+static int can_post_send(const ring_t* g, size_t unit) {
+  if (unit >= g->nunits || unit >= g->sends_done + g->nsend_xfers) return 0;
+  return unit < g->nchunks || g->recvs_done > unit - g->nchunks;
+}
+
+/* ---- posting and reaping ---- */
+
+static chorus_status_t post_recvs(chorus_task_t* t, ring_t* g, int* moved) {
+  while (can_post_recv(g, g->recvs_posted)) {
+    size_t unit = g->recvs_posted;
+    size_t nbytes =
+        unit_elems(g, recv_seg(g, unit / g->nchunks), unit % g->nchunks) * g->elem_bytes;
+    chorus_algo_xfer_t* ax = &g->recv_xfers[unit % g->nrecv_xfers];
+    chorus_status_t st =
+        chorus__algo_post(t, ax, 0, g->prev, recv_dst(g, unit), nbytes, (uint32_t)unit);
+    if (st < 0) return st;
+    g->recvs_posted++;
+    *moved = 1;
+  }
+  return CHORUS_OK;
+}
+
+static chorus_status_t post_sends(chorus_task_t* t, ring_t* g, int* moved) {
+  while (can_post_send(g, g->sends_posted)) {
+    size_t unit = g->sends_posted;
+    size_t nbytes =
+        unit_elems(g, send_seg(g, unit / g->nchunks), unit % g->nchunks) * g->elem_bytes;
+    chorus_algo_xfer_t* ax = &g->send_xfers[unit % g->nsend_xfers];
+    chorus_status_t st =
+        chorus__algo_post(t, ax, 1, g->next, send_src(g, unit), nbytes, (uint32_t)unit);
+    if (st < 0) return st;
+    g->sends_posted++;
+    *moved = 1;
+  }
+  return CHORUS_OK;
+}
+
+static int reap_sends(ring_t* g) {
+  int moved = 0;
+  while (g->sends_done < g->sends_posted &&
+         chorus__algo_done(&g->send_xfers[g->sends_done % g->nsend_xfers])) {
+    g->sends_done++;
+    moved = 1;
+  }
+  return moved;
+}
+
+/* One receive at a time, so that its forwarding send is posted before the next reduction. */
+static int reap_one_recv(ring_t* g) {
+  if (g->recvs_done == g->recvs_posted ||
+      !chorus__algo_done(&g->recv_xfers[g->recvs_done % g->nrecv_xfers]))
+    return 0;
+  reduce_unit(g, g->recvs_done);
+  g->recvs_done++;
+  return 1;
+}
+
+chorus_status_t chorus__ring_progress(chorus_task_t* t) {
+  ring_t* g = t->state;
+  int moved;
+  do {
+    moved = 0;
+    chorus_status_t st = post_recvs(t, g, &moved);
+    if (st == CHORUS_OK) st = post_sends(t, g, &moved);
+    if (st < 0) return st;
+    if (g->copy_pending) { /* after the first posts, so the copy overlaps the transfers */
+      chorus__algo_copy(g->copy_dst, g->copy_src, g->copy_bytes);
+      g->copy_pending = 0;
+      moved = 1;
+    }
+    moved |= reap_sends(g);
+    moved |= reap_one_recv(g);
+  } while (moved);
+  t->step = g->recvs_done;
+  if (g->recvs_done == g->nunits && g->sends_done == g->nunits) return CHORUS_OK;
+  return CHORUS_INPROGRESS;
+}
+
+/* ---- set-up ---- */
+
+static void set_geometry(ring_t* g, const chorus_task_t* t) {
+  size_t n = (size_t)t->nranks, count = t->args.count;
+  size_t nsteps = n - 1;
+  if (g->kind == CHORUS_RING_ALLREDUCE) {
+    g->seg_base_elems = count / n;
+    g->seg_rem = count % n;
+    g->rs_steps = n - 1;
+    nsteps = 2 * (n - 1);
+  } else {
+    g->seg_base_elems = count;
+    g->rs_steps = g->kind == CHORUS_RING_REDUCE_SCATTER ? n - 1 : 0;
+  }
+  g->seg_shift = g->kind == CHORUS_RING_REDUCE_SCATTER ? -1 : 0;
+  g->chunk_elems = chorus__chunk_elems(t);
+  size_t max_seg_elems = g->seg_base_elems + (g->seg_rem ? 1 : 0);
+  g->nchunks = chorus__div_up(max_seg_elems, g->chunk_elems);
+  g->nunits = nsteps * g->nchunks;
+}
+
+static void set_local_copy(ring_t* g, const chorus_task_t* t) {
+  size_t bytes = t->args.count * g->elem_bytes;
+  if (g->nranks == 1) {
+    g->copy_pending = 1;
+    g->copy_dst = g->recvbuf;
+  } else if (g->kind == CHORUS_RING_ALLGATHER) {
+    g->copy_pending = 1;
+    g->copy_dst = g->recvbuf + (size_t)g->rank * bytes;
+  }
+  g->copy_src = g->sendbuf;
+  g->copy_bytes = bytes;
+}
+
+static chorus_status_t alloc_buffers(ring_t* g) {
+  size_t window = CHORUS_RING_WINDOW, sends = CHORUS_RING_SENDS;
+  g->nrecv_xfers = chorus__min_sz(window, g->nunits ? g->nunits : 1);
+  g->nsend_xfers = chorus__min_sz(sends, g->nunits ? g->nunits : 1);
+  g->recv_xfers = calloc(g->nrecv_xfers + g->nsend_xfers, sizeof(*g->recv_xfers));
+  if (!g->recv_xfers) return CHORUS_ERR_NO_MEMORY;
+  g->send_xfers = g->recv_xfers + g->nrecv_xfers;
+  size_t rs_units = g->rs_steps * g->nchunks;
+  if (rs_units == 0) return CHORUS_OK;
+  g->hold_for_forward = g->kind == CHORUS_RING_REDUCE_SCATTER && g->rs_steps > 1;
+  g->nslots = chorus__min_sz(window + (g->hold_for_forward ? g->nchunks : 0), rs_units);
+  size_t max_seg_elems = g->seg_base_elems + (g->seg_rem ? 1 : 0);
+  g->slot_bytes = chorus__min_sz(g->chunk_elems, max_seg_elems) * g->elem_bytes;
+  void* slots = NULL;
+  if (posix_memalign(&slots, 64, g->nslots * g->slot_bytes) != 0) return CHORUS_ERR_NO_MEMORY;
+  g->slots = slots;
+  return CHORUS_OK;
+}
+
+static void ring_free(ring_t* g) {
+  if (!g) return;
+  free(g->slots);
+  free(g->recv_xfers);
+  free(g);
+}
+
+chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind) {
+  if (t->nranks < 1 || t->dtype_size == 0) return CHORUS_ERR_INVALID_ARG;
+  ring_t* g = calloc(1, sizeof(*g));
+  if (!g) return CHORUS_ERR_NO_MEMORY;
+  g->kind = kind;
+  g->nranks = t->nranks;
+  g->rank = t->rank;
+  g->next = (t->rank + 1) % t->nranks;
+  g->prev = (t->rank + t->nranks - 1) % t->nranks;
+  g->elem_bytes = t->dtype_size;
+  g->dtype = t->args.dtype;
+  g->op = t->args.op;
+  g->sendbuf = t->args.sendbuf;
+  g->recvbuf = t->args.recvbuf;
+  if (kind != CHORUS_RING_ALLGATHER) {
+    g->reduce = chorus__algo_reduce_fn(g->dtype, g->op);
+    if (!g->reduce) {
+      free(g);
+      return CHORUS_ERR_NOT_SUPPORTED;
+    }
+  }
+  set_geometry(g, t);
+  set_local_copy(g, t);
+  chorus_status_t st = alloc_buffers(g);
+  if (st < 0) {
+    ring_free(g);
+    return st;
+  }
+  t->state = g;
+  return CHORUS_OK;
+}
+
+void chorus__ring_fini(chorus_task_t* t) {
+  ring_free(t->state);
+  t->state = NULL;
+}

@@ -1,0 +1,31 @@
+/*
+ * ring.h - the chunk-pipelined ring schedule shared by ring allreduce, reduce_scatter and
+ * allgather. Allreduce runs n-1 reduce-scatter steps then n-1 allgather steps; the standalone
+ * reduce_scatter and allgather run one of the two halves. ring.c holds the engine and the
+ * full description (segments, units, dependencies, windows).
+ */
+#ifndef CHORUS_ALGO_RING_H
+#define CHORUS_ALGO_RING_H
+
+#include "algo/algo.h"
+
+/* Receive scratch slots (chunks) for reduce-scatter receives, and sends kept in flight. Compile
+ * time knobs: algorithms read no environment; the defaults were chosen by measurement. */
+#ifndef CHORUS_RING_WINDOW
+#define CHORUS_RING_WINDOW 4
+#endif
+#ifndef CHORUS_RING_SENDS
+#define CHORUS_RING_SENDS 4
+#endif
+
+typedef enum {
+  CHORUS_RING_ALLREDUCE,      /* count elements in n segments; reduce-scatter + allgather */
+  CHORUS_RING_REDUCE_SCATTER, /* n blocks of count elements; rank r keeps block r */
+  CHORUS_RING_ALLGATHER       /* n blocks of count elements; rank r contributes block r */
+} chorus_ring_kind_t;
+
+chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind);
+chorus_status_t chorus__ring_progress(chorus_task_t* t);
+void chorus__ring_fini(chorus_task_t* t);
+
+#endif /* CHORUS_ALGO_RING_H */

@@ -1,0 +1,198 @@
+/*
+ * api.c - the public collective and point-to-point calls. Each packs its arguments and goes
+ * through one path: check, stamp sequence numbers, select, init the algorithm, post; blocking
+ * calls then wait in the caller's thread.
+ */
+#include <stdlib.h>
+
+#include "coll/coll.h"
+#include "core/log.h"
+
+static int is_p2p(chorus_coll_t c) { return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV; }
+
+/* Fields that do not take part in a call are zeroed so frame signatures compare equal. */
+static void normalise(chorus_coll_args_t* a) {
+  if (a->coll != CH_COLL_ALLREDUCE && a->coll != CH_COLL_REDUCE && a->coll != CH_COLL_REDUCE_SCATTER)
+    a->op = CHORUS_SUM;
+  if (a->coll == CH_COLL_ALLREDUCE || a->coll == CH_COLL_ALLGATHER || a->coll == CH_COLL_REDUCE_SCATTER ||
+      a->coll == CH_COLL_ALLTOALL || a->coll == CH_COLL_BARRIER)
+    a->root = 0;
+  if (a->coll == CH_COLL_BARRIER) a->dtype = CHORUS_UINT8;
+}
+
+static void stamp_sequence(chorus_comm_t* comm, chorus_task_t* t) {
+  const chorus_coll_args_t* a = &t->args;
+  if (!is_p2p(a->coll)) {
+    t->seq = t->send_seq = t->recv_seq = comm->next_seq++;
+    return;
+  }
+  int dst = (a->coll == CH_COLL_RECV) ? -1 : a->root;
+  int src = (a->coll == CH_COLL_SEND) ? -1 : (a->coll == CH_COLL_RECV ? a->root : a->peer);
+  if (dst >= 0) t->send_seq = comm->p2p_send_seq[dst]++;
+  if (src >= 0) t->recv_seq = comm->p2p_recv_seq[src]++;
+  t->seq = dst >= 0 ? t->send_seq : t->recv_seq;
+}
+
+static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int blocking,
+                             chorus_req_t** out) {
+  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  if (!blocking && !out) {
+    chorus__comm_set_error(comm, "%s: the request pointer is NULL", chorus__coll_name(a.coll));
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  if (out) *out = NULL;
+  normalise(&a);
+  pthread_mutex_lock(&comm->api_mu);
+  chorus_status_t st = CHORUS_OK;
+  if (__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE) || __atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE)) {
+    /* Keep the sentence of the original failure: it is what the user needs. */
+    pthread_mutex_unlock(&comm->api_mu);
+    return CHORUS_ERR_COMM_BROKEN;
+  }
+  st = chorus__args_check(comm, &a);
+  if (st < 0) {
+    pthread_mutex_unlock(&comm->api_mu);
+    CH_INFO(COLL, comm->rank, "%s", comm->last_error);
+    return st;
+  }
+  chorus_req_t* req = calloc(1, sizeof(*req));
+  if (!req) {
+    pthread_mutex_unlock(&comm->api_mu);
+    return CHORUS_ERR_NO_MEMORY;
+  }
+  chorus_task_t* t = &req->task;
+  t->args = a;
+  t->comm = comm;
+  t->rank = comm->rank;
+  t->nranks = comm->nranks;
+  t->dtype_size = chorus_dtype_size(a.dtype);
+  t->chunk_bytes = comm->chunk_bytes;
+  t->blocking = blocking;
+  st = chorus__select(comm, t);
+  if (st >= 0) st = t->algo->init(t);
+  if (st >= 0) {
+    stamp_sequence(comm, t);
+    CH_INFO(COLL, comm->rank, "%s #%llu: %zu x %s, op %s, root %d, algo %s", chorus__coll_name(a.coll),
+            (unsigned long long)t->seq, a.count, chorus_dtype_name(a.dtype), chorus_op_name(a.op),
+            a.root, t->algo->name);
+    st = chorus__engine_post(comm, t);
+    if (st < 0 && t->algo->fini) t->algo->fini(t);
+  } else if (st == CHORUS_ERR_NOT_SUPPORTED || st == CHORUS_ERR_NO_MEMORY) {
+    if (st == CHORUS_ERR_NO_MEMORY)
+      chorus__comm_set_error(comm, "%s: out of memory preparing algorithm %s", chorus__coll_name(a.coll),
+                             t->algo ? t->algo->name : "?");
+  }
+  pthread_mutex_unlock(&comm->api_mu);
+  if (st < 0) {
+    free(req);
+    return st;
+  }
+  if (!blocking) {
+    *out = req;
+    return CHORUS_OK;
+  }
+  st = chorus__engine_wait(comm, t);
+  chorus__engine_release(comm, req);
+  return st;
+}
+
+CHORUS_API chorus_status_t chorus_test(chorus_req_t* req, int* done) {
+  if (!req || !done) return CHORUS_ERR_INVALID_ARG;
+  *done = chorus__engine_test(req->task.comm, &req->task);
+  return *done ? req->task.status : CHORUS_INPROGRESS;
+}
+
+CHORUS_API chorus_status_t chorus_wait(chorus_req_t* req) {
+  if (!req) return CHORUS_ERR_INVALID_ARG;
+  return chorus__engine_wait(req->task.comm, &req->task);
+}
+
+CHORUS_API void chorus_req_free(chorus_req_t* req) {
+  if (req) chorus__engine_release(req->task.comm, req);
+}
+
+/* ---- the calls ---- */
+
+#define ARGS(coll_, send_, recv_, count_, dtype_, op_, root_) \
+  (chorus_coll_args_t) { .coll = (coll_), .sendbuf = (send_), .recvbuf = (recv_), .count = (count_), \
+                         .dtype = (dtype_), .op = (op_), .root = (root_) }
+
+CHORUS_API chorus_status_t chorus_allreduce(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_ALLREDUCE, s, r, n, dt, op, 0), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_iallreduce(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_ALLREDUCE, s, r, n, dt, op, 0), 0, q);
+}
+CHORUS_API chorus_status_t chorus_broadcast(const void* s, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_BROADCAST, s, r, n, dt, CHORUS_SUM, root), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_ibroadcast(const void* s, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_BROADCAST, s, r, n, dt, CHORUS_SUM, root), 0, q);
+}
+CHORUS_API chorus_status_t chorus_reduce(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, int root, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_REDUCE, s, r, n, dt, op, root), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_ireduce(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, int root, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_REDUCE, s, r, n, dt, op, root), 0, q);
+}
+CHORUS_API chorus_status_t chorus_allgather(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_ALLGATHER, s, r, n, dt, CHORUS_SUM, 0), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_iallgather(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_ALLGATHER, s, r, n, dt, CHORUS_SUM, 0), 0, q);
+}
+CHORUS_API chorus_status_t chorus_reduce_scatter(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_REDUCE_SCATTER, s, r, n, dt, op, 0), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_ireduce_scatter(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_REDUCE_SCATTER, s, r, n, dt, op, 0), 0, q);
+}
+CHORUS_API chorus_status_t chorus_alltoall(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_ALLTOALL, s, r, n, dt, CHORUS_SUM, 0), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_ialltoall(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_ALLTOALL, s, r, n, dt, CHORUS_SUM, 0), 0, q);
+}
+CHORUS_API chorus_status_t chorus_gather(const void* s, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_GATHER, s, r, n, dt, CHORUS_SUM, root), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_igather(const void* s, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_GATHER, s, r, n, dt, CHORUS_SUM, root), 0, q);
+}
+CHORUS_API chorus_status_t chorus_scatter(const void* s, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_SCATTER, s, r, n, dt, CHORUS_SUM, root), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_iscatter(const void* s, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_SCATTER, s, r, n, dt, CHORUS_SUM, root), 0, q);
+}
+CHORUS_API chorus_status_t chorus_barrier(chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_ibarrier(chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0), 0, q);
+}
+CHORUS_API chorus_status_t chorus_send(const void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_SEND, b, NULL, n, dt, CHORUS_SUM, peer), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_isend(const void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_SEND, b, NULL, n, dt, CHORUS_SUM, peer), 0, q);
+}
+CHORUS_API chorus_status_t chorus_recv(void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c) {
+  return start(c, ARGS(CH_COLL_RECV, NULL, b, n, dt, CHORUS_SUM, peer), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_irecv(void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, ARGS(CH_COLL_RECV, NULL, b, n, dt, CHORUS_SUM, peer), 0, q);
+}
+
+static chorus_coll_args_t sendrecv_args(const void* s, size_t sn, int dst, void* r, size_t rn, int src, chorus_dtype_t dt) {
+  chorus_coll_args_t a = ARGS(CH_COLL_SENDRECV, s, r, sn, dt, CHORUS_SUM, dst);
+  a.recvcount = rn;
+  a.peer = src;
+  return a;
+}
+CHORUS_API chorus_status_t chorus_sendrecv(const void* s, size_t sn, int dst, void* r, size_t rn, int src, chorus_dtype_t dt, chorus_comm_t* c) {
+  return start(c, sendrecv_args(s, sn, dst, r, rn, src, dt), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_isendrecv(const void* s, size_t sn, int dst, void* r, size_t rn, int src, chorus_dtype_t dt, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, sendrecv_args(s, sn, dst, r, rn, src, dt), 0, q);
+}

@@ -1,0 +1,14 @@
+/*
+ * coll.h - the collective layer's internal calls: argument checks and algorithm selection.
+ */
+#ifndef CHORUS_COLL_H
+#define CHORUS_COLL_H
+
+#include "core/comm.h"
+
+/* Validates a call's arguments on this rank; on error writes comm->last_error. */
+chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t* a);
+/* Chooses t->algo: the CHORUS_ALGO override, else the cheapest supported algorithm. */
+chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
+
+#endif /* CHORUS_COLL_H */

@@ -1,0 +1,381 @@
+/*
+ * bootstrap.c - creating communicators: the unique id (store address, communicator id,
+ * secret), joining through the store (publish this rank's listener and host, read everyone
+ * else's, connect), creation from launcher environments, and split (which uses the parent
+ * communicator instead of a store).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "core/param.h"
+
+#define UNIQUE_ID_MAGIC 0x43484944u /* "CHID" */
+
+typedef struct {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t comm_id;
+  uint8_t secret[CHORUS_SECRET_BYTES];
+  char store_addr[CHORUS_ADDR_LEN];
+} unique_id_t;
+
+_Static_assert(sizeof(unique_id_t) <= sizeof(chorus_unique_id_t), "unique id too large");
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static void random_bytes(void* buf, size_t len) {
+  if (getrandom(buf, len, 0) == (ssize_t)len) return;
+  /* Fallback: time and pid through the mixer; only reached without getrandom. */
+  uint64_t seed = chorus__now_ns() ^ ((uint64_t)getpid() << 32);
+  for (size_t i = 0; i < len; i++) ((uint8_t*)buf)[i] = (uint8_t)(seed = mix64(seed));
+}
+
+/* A secret given as text (CHORUS_SECRET) becomes 16 bytes by hashing. */
+static void secret_from_text(const char* text, uint8_t out[CHORUS_SECRET_BYTES]) {
+  uint64_t h1 = 0x6a09e667f3bcc908ull, h2 = 0xbb67ae8584caa73bull;
+  for (const char* p = text; *p; p++) {
+    h1 = mix64(h1 ^ (uint8_t)*p);
+    h2 = mix64(h2 + (uint8_t)*p);
+  }
+  memcpy(out, &h1, 8);
+  memcpy(out + 8, &h2, 8);
+}
+
+CHORUS_API chorus_status_t chorus_get_unique_id(chorus_unique_id_t* id) {
+  if (!id) return CHORUS_ERR_INVALID_ARG;
+  chorus__log_init();
+  unique_id_t u = {.magic = UNIQUE_ID_MAGIC, .version = CHORUS_PROTO_VERSION};
+  random_bytes(&u.comm_id, sizeof(u.comm_id));
+  random_bytes(u.secret, sizeof(u.secret));
+  /* Loopback unless an interface is named: a job that spans hosts must say which network. */
+  char ip[CHORUS_ADDR_LEN] = "127.0.0.1", err[256];
+  const char* ifspec = chorus__param_str(CHORUS_PARAM_SOCKET_IFNAME);
+  if (ifspec[0] && chorus__sock_pick_ip(ifspec, ip, sizeof(ip), err, sizeof(err)) < 0) {
+    CH_WARN(-1, "chorus_get_unique_id: %s", err);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  chorus_status_t st = chorus__store_server_start(ip, 0, u.secret, u.store_addr, sizeof(u.store_addr),
+                                                  err, sizeof(err));
+  if (st < 0) {
+    CH_WARN(-1, "chorus_get_unique_id: %s", err);
+    return st;
+  }
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &u, sizeof(u));
+  return CHORUS_OK;
+}
+
+/* Chooses the address this rank listens on: the named interface, else the one that routes to
+ * the store (so loopback jobs stay on loopback and multi-host jobs use the store's network). */
+static chorus_status_t pick_listen_ip(const char* store_addr, char* ip, size_t iplen, char* err,
+                                      size_t errlen) {
+  const char* ifspec = chorus__param_str(CHORUS_PARAM_SOCKET_IFNAME);
+  if (ifspec[0]) return chorus__sock_pick_ip(ifspec, ip, iplen, err, errlen);
+  return chorus__sock_route_ip(store_addr, ip, iplen, err, errlen);
+}
+
+/* Reads every rank's info from the store, naming the first rank that never published. */
+static chorus_status_t gather_infos(chorus_comm_t* comm, chorus_store_t* store,
+                                    chorus_peer_info_t* infos, uint64_t deadline) {
+  for (int p = 0; p < comm->nranks; p++) {
+    char key[64];
+    snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, p);
+    uint64_t now = chorus__now_ns();
+    int left_ms = now < deadline ? (int)((deadline - now) / 1000000) : 0;
+    void* val = NULL;
+    size_t len = 0;
+    chorus_status_t st = chorus__store_get(store, key, &val, &len, left_ms);
+    if (st < 0) {
+      chorus__comm_set_error(comm, "rank %d of %d: rank %d never joined within %d s (%s)", comm->rank,
+                             comm->nranks, p, comm->connect_timeout_sec, chorus__store_error(store));
+      return st;
+    }
+    if (len != sizeof(chorus_peer_info_t)) {
+      free(val);
+      chorus__comm_set_error(comm, "rank %d published a malformed entry in the store", p);
+      return CHORUS_ERR_PROTOCOL;
+    }
+    memcpy(&infos[p], val, len);
+    infos[p].host_id[CHORUS_ADDR_LEN - 1] = infos[p].addr[CHORUS_ADDR_LEN - 1] = '\0';
+    free(val);
+  }
+  return CHORUS_OK;
+}
+
+/* Publishes this rank, reads all ranks, connects. comm_id 0: rank 0 draws one for the store. */
+static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store_addr) {
+  uint64_t deadline = chorus__now_ns() + (uint64_t)comm->connect_timeout_sec * CHORUS_NS_PER_SEC;
+  char err[300] = "", ip[CHORUS_ADDR_LEN];
+  chorus_store_t* store = NULL;
+  chorus_peer_info_t* infos = calloc((size_t)comm->nranks, sizeof(*infos));
+  int listen_fd = -1;
+  chorus_status_t st = infos ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
+  if (st >= 0) st = chorus__store_connect(store_addr, comm->secret, deadline, comm->retry_count, &store, err, sizeof(err));
+  if (st < 0) {
+    chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
+    goto out;
+  }
+  if (comm->comm_id == 0) { /* environment mode: rank 0 names the communicator */
+    void* val = NULL;
+    size_t len = 0;
+    if (comm->rank == 0) {
+      random_bytes(&comm->comm_id, sizeof(comm->comm_id));
+      st = chorus__store_set(store, "comm_id", &comm->comm_id, sizeof(comm->comm_id));
+    } else {
+      st = chorus__store_get(store, "comm_id", &val, &len, comm->connect_timeout_sec * 1000);
+      if (st >= 0 && len == sizeof(uint64_t)) memcpy(&comm->comm_id, val, len);
+      free(val);
+    }
+    if (st < 0) {
+      chorus__comm_set_error(comm, "rank %d: rank 0 never published the communicator id: %s",
+                             comm->rank, chorus__store_error(store));
+      goto out;
+    }
+  }
+  st = pick_listen_ip(store_addr, ip, sizeof(ip), err, sizeof(err));
+  chorus_peer_info_t me = {.pid = (int32_t)getpid()};
+  if (st >= 0) st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
+  if (st < 0) {
+    chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
+    goto out;
+  }
+  chorus__host_id(me.host_id, sizeof(me.host_id));
+  char key[64];
+  snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, comm->rank);
+  st = chorus__store_set(store, key, &me, sizeof(me));
+  if (st < 0) {
+    chorus__comm_set_error(comm, "rank %d: %s", comm->rank, chorus__store_error(store));
+    goto out;
+  }
+  st = gather_infos(comm, store, infos, deadline);
+  if (st >= 0) st = chorus__comm_connect(comm, listen_fd, infos);
+  if (st >= 0) st = chorus__store_done(store, comm->nranks);
+out:
+  if (st < 0 && comm->last_error[0]) CH_WARN(comm->rank, "%s", comm->last_error);
+  if (listen_fd >= 0) close(listen_fd);
+  chorus__store_close(store);
+  free(infos);
+  return st;
+}
+
+static chorus_status_t check_init_args(chorus_comm_t** comm, int nranks, int rank) {
+  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  *comm = NULL;
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    chorus__log_init();
+    CH_WARN(rank, "chorus_comm_init: rank %d and nranks %d are invalid (need 0 <= rank < nranks)", rank, nranks);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  return CHORUS_OK;
+}
+
+CHORUS_API chorus_status_t chorus_comm_init(chorus_comm_t** comm, int nranks, int rank,
+                                            const chorus_unique_id_t* id,
+                                            const chorus_config_t* cfg) {
+  chorus_status_t st = check_init_args(comm, nranks, rank);
+  if (st < 0) return st;
+  unique_id_t u;
+  if (!id) return CHORUS_ERR_INVALID_ARG;
+  memcpy(&u, id->internal, sizeof(u));
+  u.store_addr[CHORUS_ADDR_LEN - 1] = '\0';
+  if (u.magic != UNIQUE_ID_MAGIC || u.version != CHORUS_PROTO_VERSION) {
+    chorus__log_init();
+    CH_WARN(rank, "chorus_comm_init: the unique id was not made by chorus_get_unique_id of this version");
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  chorus_comm_t* c = NULL;
+  st = chorus__comm_alloc(&c, nranks, rank);
+  if (st < 0) return st;
+  c->comm_id = u.comm_id;
+  memcpy(c->secret, u.secret, sizeof(c->secret));
+  st = chorus__comm_read_settings(c, cfg);
+  if (st >= 0) st = join_through_store(c, u.store_addr);
+  if (st < 0) {
+    chorus__comm_free(c);
+    return st;
+  }
+  *comm = c;
+  return CHORUS_OK;
+}
+
+/* Parses a non-negative decimal integer environment variable; -1 when unset or malformed. */
+static long env_long(const char* name) {
+  const char* v = getenv(name);
+  if (!v || !*v) return -1;
+  char* end = NULL;
+  long x = strtol(v, &end, 10);
+  return (*end == '\0' && x >= 0) ? x : -2;
+}
+
+/* Finds rank, size and store address in the launcher variables DESIGN.md lists. */
+static chorus_status_t env_identity(int* rank, int* size, char* addr, size_t addrlen, char* err, size_t errlen) {
+  static const char* const pairs[][2] = {{"CHORUS_RANK", "CHORUS_SIZE"}, {"RANK", "WORLD_SIZE"},
+                                         {"SLURM_PROCID", "SLURM_NTASKS"},
+                                         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                         {"PMI_RANK", "PMI_SIZE"}};
+  const char* which = NULL;
+  for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]) && !which; i++) {
+    long r = env_long(pairs[i][0]), n = env_long(pairs[i][1]);
+    if (r == -1 && n == -1) continue;
+    if (r < 0 || n < 1 || r >= n) {
+      snprintf(err, errlen, "%s=%s and %s=%s are not a valid rank and size", pairs[i][0],
+               getenv(pairs[i][0]) ? getenv(pairs[i][0]) : "(unset)", pairs[i][1],
+               getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "(unset)");
+      return CHORUS_ERR_INVALID_ARG;
+    }
+    *rank = (int)r;
+    *size = (int)n;
+    which = pairs[i][0];
+  }
+  if (!which) {
+    snprintf(err, errlen, "no rank in the environment: set CHORUS_RANK/CHORUS_SIZE/CHORUS_ADDR (chorus-run does), "
+             "or run under torchrun (RANK/WORLD_SIZE), Slurm or Open MPI");
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  const char* a = getenv("CHORUS_ADDR");
+  const char *maddr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT");
+  if (a && *a) snprintf(addr, addrlen, "%s", a);
+  else if (maddr && *maddr && mport && *mport) snprintf(addr, addrlen, "%s:%s", maddr, mport);
+  else {
+    snprintf(err, errlen, "%s is set but no store address is: set CHORUS_ADDR=host:port or MASTER_ADDR and MASTER_PORT", which);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  return CHORUS_OK;
+}
+
+CHORUS_API chorus_status_t chorus_comm_init_env(chorus_comm_t** comm, const chorus_config_t* cfg) {
+  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  *comm = NULL;
+  chorus__log_init();
+  int rank = 0, size = 0;
+  char addr[CHORUS_ADDR_LEN], err[300];
+  chorus_status_t st = env_identity(&rank, &size, addr, sizeof(addr), err, sizeof(err));
+  if (st < 0) {
+    CH_WARN(-1, "chorus_comm_init_env: %s", err);
+    return st;
+  }
+  chorus_comm_t* c = NULL;
+  st = chorus__comm_alloc(&c, size, rank);
+  if (st < 0) return st;
+  const char* secret = chorus__param_str(CHORUS_PARAM_SECRET);
+  /* Without CHORUS_SECRET the secret is derived from the address: it keeps out strays, not
+   * attackers; chorus-run always sets a random one. */
+  secret_from_text(secret[0] ? secret : addr, c->secret);
+  st = chorus__comm_read_settings(c, cfg);
+  if (st >= 0 && rank == 0) {
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    char ip[CHORUS_ADDR_LEN], bound[CHORUS_ADDR_LEN];
+    st = chorus__sock_resolve(addr, &sa, &salen, err, sizeof(err));
+    int port = st >= 0 ? ntohs(((struct sockaddr_in*)&sa)->sin_port) : 0;
+    if (st >= 0) inet_ntop(AF_INET, &((struct sockaddr_in*)&sa)->sin_addr, ip, sizeof(ip));
+    if (st >= 0) st = chorus__store_server_start(ip, port, c->secret, bound, sizeof(bound), err, sizeof(err));
+    if (st < 0 && strcmp(ip, "127.0.0.1") != 0) /* the name may resolve to an address of another interface */
+      st = chorus__store_server_start("0.0.0.0", port, c->secret, bound, sizeof(bound), err, sizeof(err));
+    if (st < 0) {
+      chorus__comm_set_error(c, "rank 0 cannot serve the bootstrap store at %s: %s", addr, err);
+      CH_WARN(0, "%s", c->last_error);
+    }
+  }
+  if (st >= 0) st = join_through_store(c, addr);
+  if (st < 0) {
+    chorus__comm_free(c);
+    return st;
+  }
+  *comm = c;
+  return CHORUS_OK;
+}
+
+/* ---- split: the parent communicator replaces the store ---- */
+
+typedef struct {
+  int32_t color, key, old_rank;
+} split_entry_t;
+
+static int cmp_split(const void* a, const void* b) {
+  const split_entry_t *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->old_rank - y->old_rank;
+}
+
+CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int key,
+                                             chorus_comm_t** newcomm) {
+  if (!comm || !newcomm) return CHORUS_ERR_INVALID_ARG;
+  *newcomm = NULL;
+  if (color < 0 && color != CHORUS_SPLIT_NOCOLOR) {
+    chorus__comm_set_error(comm, "chorus_comm_split: color %d is negative (only CHORUS_SPLIT_NOCOLOR may be)", color);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  int n = comm->nranks;
+  split_entry_t mine = {color, key, comm->rank}, *all = calloc((size_t)n, sizeof(*all));
+  chorus_peer_info_t me = {.pid = (int32_t)getpid()}, *infos = calloc((size_t)n, sizeof(*infos));
+  chorus_comm_t* c = NULL;
+  int listen_fd = -1;
+  char err[300], ip[CHORUS_ADDR_LEN];
+  chorus_status_t st = (all && infos) ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
+  if (st >= 0) st = chorus_allgather(&mine, all, sizeof(mine), CHORUS_UINT8, comm);
+  if (st >= 0 && color != CHORUS_SPLIT_NOCOLOR) {
+    chorus__host_id(me.host_id, sizeof(me.host_id));
+    snprintf(ip, sizeof(ip), "%s", comm->tp.peers[comm->rank].addr);
+    ip[strcspn(ip, ":")] = '\0';
+    st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
+    if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", err);
+  }
+  /* Every parent rank takes part in both exchanges, members or not. */
+  chorus_status_t st2 = chorus_allgather(&me, infos, sizeof(me), CHORUS_UINT8, comm);
+  if (st >= 0) st = st2;
+  uint64_t split_no = (uint64_t)comm->split_count++;
+  if (st < 0 || color == CHORUS_SPLIT_NOCOLOR) goto out;
+
+  int m = 0;
+  for (int r = 0; r < n; r++)
+    if (all[r].color == color) all[m++] = all[r];
+  qsort(all, (size_t)m, sizeof(*all), cmp_split);
+  int newrank = 0;
+  chorus_peer_info_t* sub = calloc((size_t)m, sizeof(*sub));
+  if (!sub) {
+    st = CHORUS_ERR_NO_MEMORY;
+    goto out;
+  }
+  for (int i = 0; i < m; i++) {
+    sub[i] = infos[all[i].old_rank];
+    if (all[i].old_rank == comm->rank) newrank = i;
+  }
+  st = chorus__comm_alloc(&c, m, newrank);
+  if (st >= 0) {
+    c->comm_id = mix64(comm->comm_id ^ mix64(split_no * 0x100000001ull + (uint64_t)color));
+    memcpy(c->secret, comm->secret, sizeof(c->secret));
+    st = chorus__comm_read_settings(c, NULL);
+  }
+  if (st >= 0) {
+    c->timeout_sec = comm->timeout_sec;
+    c->connect_timeout_sec = comm->connect_timeout_sec;
+    c->nsocks = comm->nsocks;
+    st = chorus__comm_connect(c, listen_fd, sub);
+    if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", c->last_error);
+  }
+  free(sub);
+  if (st < 0) {
+    chorus__comm_free(c);
+    c = NULL;
+  }
+out:
+  if (listen_fd >= 0) close(listen_fd);
+  free(all);
+  free(infos);
+  *newcomm = c;
+  return st;
+}

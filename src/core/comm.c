@@ -1,0 +1,233 @@
+/*
+ * comm.c - communicator lifecycle: settings, connection and topology, split, destroy, abort,
+ * queries and the last-error sentence. Creation from a store lives in bootstrap.c.
+ */
+#include "core/comm.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/param.h"
+
+void chorus__comm_set_error(chorus_comm_t* comm, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(comm->last_error, sizeof(comm->last_error), fmt, ap);
+  va_end(ap);
+}
+
+/* CHORUS_ALGO: "ring" for every collective that has it, or "allreduce:ring,broadcast:tree". */
+static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, char* err, size_t errlen) {
+  snprintf(comm->algo_spec, sizeof(comm->algo_spec), "%s", spec);
+  if (!spec[0]) return CHORUS_OK;
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", spec);
+  if (!strchr(buf, ':')) {
+    int found = 0;
+    for (int c = 0; c < CH_COLL_COUNT; c++) {
+      comm->forced[c] = chorus__algo_find((chorus_coll_t)c, buf);
+      snprintf(comm->forced_name[c], sizeof(comm->forced_name[c]), "%.31s", buf);
+      found |= comm->forced[c] != NULL;
+    }
+    if (!found) {
+      snprintf(err, errlen, "CHORUS_ALGO=%s names no algorithm (chorus-diag --algos lists them)", spec);
+      return CHORUS_ERR_INVALID_ARG;
+    }
+    return CHORUS_OK;
+  }
+  for (char *save = NULL, *tok = strtok_r(buf, ",;", &save); tok; tok = strtok_r(NULL, ",;", &save)) {
+    char* colon = strchr(tok, ':');
+    int coll = -1;
+    if (colon) {
+      *colon = '\0';
+      coll = chorus__coll_from_name(tok);
+    }
+    const chorus_algo_t* a = coll >= 0 ? chorus__algo_find((chorus_coll_t)coll, colon + 1) : NULL;
+    if (!a) {
+      snprintf(err, errlen, "CHORUS_ALGO=%s: \"%s%s%s\" is not a known collective:algorithm pair (chorus-diag --algos lists them)",
+               spec, tok, colon ? ":" : "", colon ? colon + 1 : "");
+      return CHORUS_ERR_INVALID_ARG;
+    }
+    comm->forced[coll] = a;
+    snprintf(comm->forced_name[coll], sizeof(comm->forced_name[coll]), "%s", a->name);
+  }
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg) {
+  chorus__log_init();
+  char err[300] = "";
+  int64_t v[6];
+  static const chorus_param_id_t ids[6] = {CHORUS_PARAM_TIMEOUT_SEC, CHORUS_PARAM_CONNECT_TIMEOUT_SEC,
+                                           CHORUS_PARAM_RETRY_COUNT, CHORUS_PARAM_NSOCKS_PER_PEER,
+                                           CHORUS_PARAM_SPIN_US, CHORUS_PARAM_BUFF_SIZE};
+  for (int i = 0; i < 6; i++) {
+    chorus_status_t st = chorus__param_int(ids[i], &v[i], err, sizeof(err));
+    if (st < 0) {
+      chorus__comm_set_error(comm, "%s", err);
+      CH_WARN(comm->rank, "%s", err);
+      return st;
+    }
+  }
+  comm->timeout_sec = (int)v[0];
+  comm->connect_timeout_sec = (int)v[1];
+  comm->retry_count = (int)v[2];
+  comm->nsocks = (int)v[3];
+  comm->spin_us = (int)v[4];
+  comm->chunk_bytes = ((size_t)v[5] + 63) & ~(size_t)63;
+  if (cfg) {
+    if (cfg->size < sizeof(size_t) + sizeof(unsigned) || cfg->version / 10000 != CHORUS_VERSION_MAJOR) {
+      chorus__comm_set_error(comm, "chorus_config_t was not initialised with CHORUS_CONFIG_INIT");
+      return CHORUS_ERR_INVALID_ARG;
+    }
+    if (cfg->timeout_sec > 0) comm->timeout_sec = cfg->timeout_sec;
+    if (cfg->connect_timeout_sec > 0) comm->connect_timeout_sec = cfg->connect_timeout_sec;
+    if (cfg->nsocks_per_peer > 0) comm->nsocks = cfg->nsocks_per_peer > 16 ? 16 : cfg->nsocks_per_peer;
+    if (cfg->name) snprintf(comm->name, sizeof(comm->name), "%s", cfg->name);
+  }
+  chorus_status_t st = parse_algo_spec(comm, chorus__param_str(CHORUS_PARAM_ALGO), err, sizeof(err));
+  if (st < 0) {
+    chorus__comm_set_error(comm, "%s", err);
+    CH_WARN(comm->rank, "%s", err);
+    return st;
+  }
+  /* Loopback TCP figures of this machine class; the cost model only ranks algorithms. */
+  comm->link.alpha_us = 15.0;
+  comm->link.bytes_per_us = 2000.0;
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
+  chorus_comm_t* comm = calloc(1, sizeof(*comm));
+  if (!comm) return CHORUS_ERR_NO_MEMORY;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->tp.epfd = comm->tp.wakefd = -1;
+  comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
+  comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
+  comm->host_of_rank = calloc((size_t)nranks, sizeof(int));
+  pthread_mutex_init(&comm->mu, NULL);
+  pthread_mutex_init(&comm->api_mu, NULL);
+  pthread_cond_init(&comm->cv, NULL);
+  *out = comm;
+  if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->host_of_rank) {
+    chorus__comm_free(comm);
+    return CHORUS_ERR_NO_MEMORY;
+  }
+  return CHORUS_OK;
+}
+
+void chorus__comm_free(chorus_comm_t* comm) {
+  if (!comm) return;
+  chorus__transport_destroy(&comm->tp);
+  free(comm->p2p_send_seq);
+  free(comm->p2p_recv_seq);
+  free(comm->host_of_rank);
+  pthread_mutex_destroy(&comm->mu);
+  pthread_mutex_destroy(&comm->api_mu);
+  pthread_cond_destroy(&comm->cv);
+  free(comm);
+}
+
+void chorus__host_id(char* out, size_t outlen) {
+  const char* forced = chorus__param_str(CHORUS_PARAM_HOST_ID);
+  if (forced[0]) {
+    snprintf(out, outlen, "%s", forced);
+    return;
+  }
+  char host[64] = "localhost", boot[40] = "";
+  gethostname(host, sizeof(host) - 1);
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof(boot), f)) boot[0] = '\0';
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+  }
+  /* Keep the id short enough for log lines: host name plus the first boot-id group. */
+  boot[8] = '\0';
+  snprintf(out, outlen, "%s%s%s", host, boot[0] ? "/" : "", boot);
+}
+
+/* Host index per rank in order of first appearance; local rank/size; host count. */
+static void derive_topology(chorus_comm_t* comm, const chorus_peer_info_t* infos) {
+  comm->host_count = 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    int h = -1;
+    for (int q = 0; q < r && h < 0; q++)
+      if (strcmp(infos[q].host_id, infos[r].host_id) == 0) h = comm->host_of_rank[q];
+    comm->host_of_rank[r] = h >= 0 ? h : comm->host_count++;
+  }
+  comm->local_rank = comm->local_size = 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (comm->host_of_rank[r] != comm->host_of_rank[comm->rank]) continue;
+    if (r < comm->rank) comm->local_rank++;
+    comm->local_size++;
+  }
+}
+
+chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
+                                     const chorus_peer_info_t* infos) {
+  uint64_t deadline = chorus__now_ns() + (uint64_t)comm->connect_timeout_sec * CHORUS_NS_PER_SEC;
+  chorus_status_t st = chorus__transport_create(&comm->tp, comm->rank, comm->nranks, comm->comm_id);
+  if (st >= 0)
+    st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->secret, deadline);
+  if (st < 0) {
+    chorus__comm_set_error(comm, "%s", comm->tp.err);
+    CH_WARN(comm->rank, "%s", comm->tp.err);
+    return st;
+  }
+  derive_topology(comm, infos);
+  comm->last_activity_ns = chorus__now_ns();
+  CH_INFO(INIT, comm->rank, "communicator %016llx ready: rank %d of %d, local rank %d of %d, %d host(s), %d socket(s) per peer",
+          (unsigned long long)comm->comm_id, comm->rank, comm->nranks, comm->local_rank,
+          comm->local_size, comm->host_count, comm->nsocks);
+  return CHORUS_OK;
+}
+
+/* ---- public lifecycle calls ---- */
+
+CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm) {
+  if (!comm) return CHORUS_OK;
+  chorus__engine_drain(comm);
+  chorus__comm_free(comm);
+  return CHORUS_OK;
+}
+
+CHORUS_API chorus_status_t chorus_comm_abort(chorus_comm_t* comm) {
+  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  if (__atomic_exchange_n(&comm->abort_requested, 1, __ATOMIC_ACQ_REL)) return CHORUS_OK;
+  /* Shut the sockets now so that peers notice at once; the fds stay open until destroy. */
+  chorus_transport_t* tp = &comm->tp;
+  for (int p = 0; tp->peers && p < tp->nranks; p++)
+    for (int i = 0; i < tp->peers[p].nsocks; i++)
+      if (tp->peers[p].socks[i].fd >= 0) shutdown(tp->peers[p].socks[i].fd, SHUT_RDWR);
+  chorus__transport_wake(tp);
+  if (pthread_mutex_trylock(&comm->mu) == 0) {
+    pthread_cond_broadcast(&comm->cv);
+    pthread_mutex_unlock(&comm->mu);
+  }
+  return CHORUS_OK;
+}
+
+#define QUERY(fn, field)                                                  \
+  CHORUS_API chorus_status_t fn(const chorus_comm_t* comm, int* out) {    \
+    if (!comm || !out) return CHORUS_ERR_INVALID_ARG;                     \
+    *out = comm->field;                                                   \
+    return CHORUS_OK;                                                     \
+  }
+QUERY(chorus_comm_rank, rank)
+QUERY(chorus_comm_size, nranks)
+QUERY(chorus_comm_local_rank, local_rank)
+QUERY(chorus_comm_local_size, local_size)
+QUERY(chorus_comm_host_count, host_count)
+#undef QUERY
+
+CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm) {
+  return comm ? comm->last_error : "no communicator (NULL)";
+}

@@ -1,0 +1,99 @@
+/*
+ * comm.h - the communicator: identity and topology, settings read from the environment at
+ * creation, the connections (transport), and the progress engine's state (task queue, the
+ * thread that currently drives progress, the background thread for non-blocking calls).
+ */
+#ifndef CHORUS_COMM_H
+#define CHORUS_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "algo/algo.h"
+#include "coll/task.h"
+#include "core/store.h"
+#include "transport/transport.h"
+
+struct chorus_req {
+  chorus_task_t task; /* a request is its task; freed when both the user and the engine are done */
+  int user_released;  /* chorus_req_free was called */
+  struct chorus_req *live_prev, *live_next; /* every request not yet freed, for destroy */
+};
+
+struct chorus_comm {
+  int rank, nranks;
+  int local_rank, local_size, host_count;
+  int* host_of_rank; /* host index of every rank */
+  uint64_t comm_id;
+  uint8_t secret[CHORUS_SECRET_BYTES];
+  char name[64];
+  int split_count; /* splits made from this communicator, for child ids */
+
+  /* Settings (config struct, else CHORUS_* variables, else defaults). */
+  int timeout_sec;
+  int connect_timeout_sec;
+  int retry_count;
+  int nsocks;
+  int spin_us;
+  size_t chunk_bytes;
+  char algo_spec[256];                        /* CHORUS_ALGO as given */
+  const chorus_algo_t* forced[CH_COLL_COUNT]; /* resolved per collective */
+  char forced_name[CH_COLL_COUNT][32];        /* a forced name with no entry: error at call */
+  chorus_link_model_t link;
+
+  chorus_transport_t tp;
+
+  /* Engine. mu guards the queue, the role flags and the error state. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;         /* task completed, role released, work posted */
+  pthread_mutex_t api_mu;    /* serialises posting calls made from several threads */
+  chorus_task_t *head, *tail;
+  chorus_req_t* live;        /* requests not yet freed */
+  int progressing;           /* a thread holds the right to drive progress */
+  int sleeping;              /* that thread sleeps in epoll: posting must wake it */
+  uint64_t next_seq;         /* collectives */
+  uint64_t* p2p_send_seq;    /* per peer */
+  uint64_t* p2p_recv_seq;
+  uint64_t last_activity_ns; /* last time any transfer moved */
+  int broken;
+  chorus_status_t broken_status;
+  int abort_requested; /* atomic: chorus_comm_abort */
+  char last_error[1024];
+  pthread_t bg_thread;
+  int bg_started, bg_stop;
+};
+
+/* Records an error sentence as the communicator's last error and logs it once. */
+void chorus__comm_set_error(chorus_comm_t* comm, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Reads the settings (cfg may be NULL) into comm; errors name the variable. */
+chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg);
+
+/* Allocates a communicator shell (locks, counters) for nranks ranks. */
+chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank);
+/* Frees everything; the engine must be idle. */
+void chorus__comm_free(chorus_comm_t* comm);
+
+/* Connects the communicator given every rank's info and this rank's listener, then derives
+ * the topology. Used by bootstrap (store) and split (parent allgather). */
+chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
+                                     const chorus_peer_info_t* infos);
+/* This process's host identity (CHORUS_HOST_ID, else hostname + boot id). */
+void chorus__host_id(char* out, size_t outlen);
+
+/* ---- engine (progress.c) ---- */
+/* Queues a task built by src/coll; starts the background thread for non-blocking tasks. */
+chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t);
+/* Drives progress until t completes; returns its status. */
+chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t);
+/* Non-blocking check: one progress pass if no other thread drives progress. */
+int chorus__engine_test(chorus_comm_t* comm, chorus_task_t* t);
+/* Marks the communicator broken with st and the sentence in comm->last_error; fails every
+ * queued task; shuts the connections. Called with comm->mu held. */
+void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st);
+/* Waits for every queued task, then stops the background thread. */
+void chorus__engine_drain(chorus_comm_t* comm);
+void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
+
+#endif /* CHORUS_COMM_H */

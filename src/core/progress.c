@@ -1,0 +1,270 @@
+/*
+ * progress.c - the progress engine. Tasks of a communicator run strictly in posting order
+ * (like operations on one NCCL stream), which keeps the per-pair frame order of every socket
+ * equal to the posting order on both sides. Exactly one thread at a time holds the right to
+ * drive progress: a blocking caller drives its own call inline (no hand-off on the latency
+ * path); the background thread drives non-blocking work when nobody else does. A driver spins
+ * for CHORUS_SPIN_US, then sleeps in epoll, so oversubscribed ranks do not burn cores.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/comm.h"
+#include "core/log.h"
+
+/* Longest single sleep: bounds how late a timeout or an abort is noticed. */
+#define MAX_SLEEP_MS 100
+
+static void req_unlink_free(chorus_comm_t* comm, chorus_req_t* req) {
+  if (req->live_prev) req->live_prev->live_next = req->live_next;
+  else comm->live = req->live_next;
+  if (req->live_next) req->live_next->live_prev = req->live_prev;
+  free(req);
+}
+
+/* Ends task t (the head of the queue) with status st. mu held. */
+static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+  comm->head = t->next;
+  if (!comm->head) comm->tail = NULL;
+  t->next = NULL;
+  if (t->algo && t->algo->fini) t->algo->fini(t);
+  t->state = NULL;
+  __atomic_store_n(&t->status, st, __ATOMIC_RELEASE);
+  CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
+           (unsigned long long)t->seq, chorus_status_name(st),
+           (double)(chorus__now_ns() - t->post_ns) / 1e3);
+  chorus_req_t* req = (chorus_req_t*)t;
+  if (req->user_released) req_unlink_free(comm, req);
+  pthread_cond_broadcast(&comm->cv);
+}
+
+void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st) {
+  if (!comm->broken) {
+    comm->broken = 1;
+    comm->broken_status = st;
+    chorus__transport_shutdown(&comm->tp);
+    CH_WARN(comm->rank, "%s", comm->last_error);
+  }
+  while (comm->head) task_finish(comm, comm->head, st);
+}
+
+/* "allreduce #12 (1048576 x float32, sum, algo ring) on rank 3" */
+static void describe_task(const chorus_comm_t* comm, const chorus_task_t* t, char* out, size_t len) {
+  const char* op = chorus_op_name(t->args.op);
+  snprintf(out, len, "%s #%llu (%zu x %s%s%s, algo %s) on rank %d", chorus__coll_name(t->args.coll),
+           (unsigned long long)t->seq, t->args.count, chorus_dtype_name(t->args.dtype),
+           op ? ", " : "", op ? op : "", t->algo ? t->algo->name : "?", comm->rank);
+}
+
+static void fail_task_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+  char what[200];
+  describe_task(comm, t, what, sizeof(what));
+  chorus__comm_set_error(comm, "%s failed: %s", what,
+                         comm->tp.err[0] ? comm->tp.err : chorus_status_str(st));
+  chorus__engine_fail(comm, st);
+}
+
+static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
+  chorus_task_t* t = comm->head;
+  char what[200];
+  describe_task(comm, t, what, sizeof(what));
+  int is_send = 0;
+  size_t left = 0;
+  int peer = chorus__transport_pending_peer(&comm->tp, &is_send, &left);
+  if (peer >= 0)
+    chorus__comm_set_error(comm, "%s timed out: no progress for %.1f s while %s %zu more bytes %s rank %d (host %s)",
+                           what, (double)idle_ns / 1e9, is_send ? "sending" : "waiting to receive",
+                           left, is_send ? "to" : "from", peer, comm->tp.peers[peer].host);
+  else
+    chorus__comm_set_error(comm, "%s timed out: no progress for %.1f s", what, (double)idle_ns / 1e9);
+  chorus__engine_fail(comm, CHORUS_ERR_TIMEOUT);
+}
+
+/* One pass: move bytes, then let the head tasks advance. mu held. Returns transfers moved. */
+static int progress_pass(chorus_comm_t* comm) {
+  int moved = 0;
+  comm->tp.err[0] = '\0';
+  chorus_status_t st = chorus__transport_progress(&comm->tp, &moved);
+  if (st < 0) {
+    fail_task_error(comm, comm->head, st);
+    return 1;
+  }
+  uint64_t now = chorus__now_ns();
+  if (moved) comm->last_activity_ns = now;
+  while (comm->head) {
+    chorus_task_t* t = comm->head;
+    if (!t->start_ns) {
+      t->start_ns = now;
+      comm->last_activity_ns = now;
+    }
+    st = t->algo->progress(t);
+    if (st == CHORUS_INPROGRESS) break;
+    if (st < 0) {
+      fail_task_error(comm, t, st);
+      return 1;
+    }
+    task_finish(comm, t, CHORUS_OK);
+    moved++;
+  }
+  return moved;
+}
+
+static int target_pending(const chorus_comm_t* comm, const chorus_task_t* target) {
+  if (target) return __atomic_load_n(&target->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS;
+  return comm->head != NULL && !comm->bg_stop;
+}
+
+/* Drives progress until target ends (or, with target NULL, the queue is empty). Called with mu
+ * held and the driving role taken; mu is released while sleeping. */
+static void drive(chorus_comm_t* comm, const chorus_task_t* target) {
+  uint64_t spin_start = 0;
+  while (target_pending(comm, target)) {
+    if (__atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE) && comm->head) {
+      chorus__comm_set_error(comm, "communicator aborted by chorus_comm_abort on rank %d", comm->rank);
+      chorus__engine_fail(comm, CHORUS_ERR_COMM_BROKEN);
+      continue;
+    }
+    if (progress_pass(comm)) {
+      spin_start = 0;
+      continue;
+    }
+    uint64_t now = chorus__now_ns();
+    uint64_t timeout_ns = (uint64_t)comm->timeout_sec * CHORUS_NS_PER_SEC;
+    if (comm->head && now - comm->last_activity_ns >= timeout_ns) {
+      fail_timeout(comm, now - comm->last_activity_ns);
+      continue;
+    }
+    if (!spin_start) spin_start = now;
+    pthread_mutex_unlock(&comm->mu);
+    if (now - spin_start < (uint64_t)comm->spin_us * 1000ull) {
+      sched_yield();
+    } else {
+      uint64_t until_timeout_ms = (comm->last_activity_ns + timeout_ns - now) / 1000000 + 1;
+      __atomic_store_n(&comm->sleeping, 1, __ATOMIC_RELEASE);
+      chorus__transport_wait(&comm->tp, until_timeout_ms < MAX_SLEEP_MS ? (int)until_timeout_ms : MAX_SLEEP_MS);
+      __atomic_store_n(&comm->sleeping, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_lock(&comm->mu);
+  }
+}
+
+static void timed_cond_wait(chorus_comm_t* comm, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)ms * 1000000L;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  pthread_cond_timedwait(&comm->cv, &comm->mu, &ts);
+}
+
+static void* bg_main(void* arg) {
+  chorus_comm_t* comm = arg;
+  pthread_mutex_lock(&comm->mu);
+  while (!comm->bg_stop) {
+    if (!comm->head || comm->progressing) {
+      timed_cond_wait(comm, MAX_SLEEP_MS);
+      continue;
+    }
+    comm->progressing = 1;
+    drive(comm, NULL);
+    comm->progressing = 0;
+    pthread_cond_broadcast(&comm->cv);
+  }
+  pthread_mutex_unlock(&comm->mu);
+  return NULL;
+}
+
+chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
+  pthread_mutex_lock(&comm->mu);
+  if (comm->broken) {
+    pthread_mutex_unlock(&comm->mu);
+    return CHORUS_ERR_COMM_BROKEN;
+  }
+  if (!t->blocking && !comm->bg_started) {
+    int rc = pthread_create(&comm->bg_thread, NULL, bg_main, comm);
+    if (rc != 0) {
+      pthread_mutex_unlock(&comm->mu);
+      chorus__comm_set_error(comm, "cannot start the progress thread: %s", strerror(rc));
+      return CHORUS_ERR_SYSTEM;
+    }
+    comm->bg_started = 1;
+  }
+  t->status = CHORUS_INPROGRESS;
+  t->post_ns = chorus__now_ns();
+  t->next = NULL;
+  if (comm->tail) comm->tail->next = t;
+  else comm->head = t;
+  comm->tail = t;
+  chorus_req_t* req = (chorus_req_t*)t;
+  req->live_next = comm->live;
+  if (comm->live) comm->live->live_prev = req;
+  comm->live = req;
+  if (__atomic_load_n(&comm->sleeping, __ATOMIC_ACQUIRE)) chorus__transport_wake(&comm->tp);
+  pthread_cond_broadcast(&comm->cv);
+  pthread_mutex_unlock(&comm->mu);
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t) {
+  pthread_mutex_lock(&comm->mu);
+  while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) {
+    if (comm->progressing) {
+      timed_cond_wait(comm, MAX_SLEEP_MS);
+      continue;
+    }
+    comm->progressing = 1;
+    drive(comm, t);
+    comm->progressing = 0;
+    pthread_cond_broadcast(&comm->cv);
+  }
+  chorus_status_t st = t->status;
+  pthread_mutex_unlock(&comm->mu);
+  return st;
+}
+
+int chorus__engine_test(chorus_comm_t* comm, chorus_task_t* t) {
+  pthread_mutex_lock(&comm->mu);
+  if (t->status == CHORUS_INPROGRESS && !comm->progressing) {
+    comm->progressing = 1;
+    progress_pass(comm);
+    comm->progressing = 0;
+    pthread_cond_broadcast(&comm->cv);
+  }
+  int done = t->status != CHORUS_INPROGRESS;
+  pthread_mutex_unlock(&comm->mu);
+  return done;
+}
+
+void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req) {
+  pthread_mutex_lock(&comm->mu);
+  if (req->task.status == CHORUS_INPROGRESS) req->user_released = 1;
+  else req_unlink_free(comm, req);
+  pthread_mutex_unlock(&comm->mu);
+}
+
+void chorus__engine_drain(chorus_comm_t* comm) {
+  pthread_mutex_lock(&comm->mu);
+  while (comm->head) {
+    if (comm->progressing) {
+      timed_cond_wait(comm, MAX_SLEEP_MS);
+      continue;
+    }
+    comm->progressing = 1;
+    drive(comm, NULL);
+    comm->progressing = 0;
+    pthread_cond_broadcast(&comm->cv);
+  }
+  comm->bg_stop = 1;
+  pthread_cond_broadcast(&comm->cv);
+  int started = comm->bg_started;
+  pthread_mutex_unlock(&comm->mu);
+  if (started) pthread_join(comm->bg_thread, NULL);
+  pthread_mutex_lock(&comm->mu);
+  while (comm->live) req_unlink_free(comm, comm->live);
+  pthread_mutex_unlock(&comm->mu);
+}

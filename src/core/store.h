@@ -1,0 +1,66 @@
+/*
+ * store.h - the bootstrap key-value store: set / get (waits for the key) / add, served over TCP
+ * by one process (the maker of the unique id, or rank 0 under chorus_comm_init_env). Every
+ * connection first presents the magic, protocol version and the shared secret. The server
+ * stops by itself once `nranks` clients have said they are done.
+ */
+#ifndef CHORUS_STORE_H
+#define CHORUS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.h"
+
+#define CHORUS_SECRET_BYTES 16
+#define CHORUS_STORE_MAX_VALUE (1u << 20)
+#define CHORUS_STORE_MAX_KEY 256
+
+typedef struct chorus_store chorus_store_t;
+
+/* Starts a server thread listening on ip:port (port 0 picks one); writes the bound address. */
+chorus_status_t chorus__store_server_start(const char* ip, int port,
+                                           const uint8_t secret[CHORUS_SECRET_BYTES], char* bound,
+                                           size_t boundlen, char* err, size_t errlen);
+
+/* Connects (retrying until deadline_ns / max_tries) and authenticates. */
+chorus_status_t chorus__store_connect(const char* addr, const uint8_t secret[CHORUS_SECRET_BYTES],
+                                      uint64_t deadline_ns, int max_tries, chorus_store_t** out,
+                                      char* err, size_t errlen);
+chorus_status_t chorus__store_set(chorus_store_t* s, const char* key, const void* val, size_t len);
+/* Waits until key exists (bounded by timeout_ms); *val is malloc'ed, caller frees. */
+chorus_status_t chorus__store_get(chorus_store_t* s, const char* key, void** val, size_t* len,
+                                  int timeout_ms);
+chorus_status_t chorus__store_add(chorus_store_t* s, const char* key, int64_t delta,
+                                  int64_t* result);
+/* Tells the server this client is finished; the server exits after `nranks` such calls. */
+chorus_status_t chorus__store_done(chorus_store_t* s, int nranks);
+void chorus__store_close(chorus_store_t* s);
+const char* chorus__store_error(const chorus_store_t* s);
+
+/* Wire format, shared by client and server. */
+#define CHORUS_STORE_MAGIC 0x43485354u /* "CHST" */
+#define CHORUS_STORE_VERSION 1
+enum { STORE_OP_SET = 1, STORE_OP_GET = 2, STORE_OP_ADD = 3, STORE_OP_DONE = 4 };
+
+typedef struct {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint8_t secret[CHORUS_SECRET_BYTES];
+} chorus_store_hello_t;
+
+typedef struct {
+  uint8_t op;
+  uint8_t reserved[3];
+  uint32_t keylen;
+  uint64_t arg; /* SET: value bytes; GET: timeout ms; ADD: delta; DONE: nranks */
+} chorus_store_req_t;
+
+typedef struct {
+  int32_t status; /* chorus_status_t */
+  uint32_t reserved;
+  uint64_t arg;   /* GET: value bytes; ADD: new value */
+} chorus_store_resp_t;
+
+#endif /* CHORUS_STORE_H */

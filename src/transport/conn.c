@@ -1,0 +1,162 @@
+/*
+ * conn.c - the glue between algorithms and transports: stamps each posted transfer with the
+ * frame header of its task (communicator id, operation signature, sequence number, tag) and
+ * hands it to the peer's transport. Also the `self` transport (rank to itself), the frame
+ * checks and the transfer queues.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "transport/transport.h"
+
+static int is_p2p(chorus_coll_t c) { return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV; }
+
+static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
+  chorus_frame_hdr_t* h = &x->hdr;
+  memset(h, 0, sizeof(*h));
+  h->magic = CHORUS_FRAME_MAGIC;
+  h->version = CHORUS_PROTO_VERSION;
+  h->comm_id = t->comm->comm_id;
+  h->tag = x->tag;
+  h->nbytes = x->nbytes;
+  h->seq = is_send ? t->send_seq : t->recv_seq;
+  h->dtype = (uint8_t)t->args.dtype;
+  if (is_p2p(t->args.coll)) {
+    /* Point-to-point: both directions carry the message's own element count. */
+    h->coll = CH_COLL_SEND;
+    h->count = t->dtype_size ? x->nbytes / t->dtype_size : 0;
+  } else {
+    h->coll = (uint8_t)t->args.coll;
+    h->op = (uint8_t)t->args.op;
+    h->root = t->args.root;
+    h->count = t->args.count;
+  }
+}
+
+static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes, uint32_t tag,
+                            chorus_xfer_t* x, int is_send) {
+  chorus_transport_t* tp = &t->comm->tp;
+  if (peer < 0 || peer >= tp->nranks) return CHORUS_ERR_INTERNAL;
+  memset(x, 0, sizeof(*x));
+  x->task = t;
+  x->buf = buf;
+  x->nbytes = nbytes;
+  x->tag = tag;
+  x->peer = peer;
+  x->is_send = is_send;
+  x->seq = is_send ? t->send_seq : t->recv_seq;
+  fill_header(t, x, is_send);
+  if (tp->peers[peer].is_self) return chorus__self_post(tp, x);
+  return chorus__tcp_post(tp, x);
+}
+
+chorus_status_t chorus__conn_isend(chorus_task_t* t, int peer, const void* buf, size_t nbytes,
+                                   uint32_t tag, chorus_xfer_t* x) {
+  return post(t, peer, (void*)buf, nbytes, tag, x, 1);
+}
+
+chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t nbytes,
+                                   uint32_t tag, chorus_xfer_t* x) {
+  return post(t, peer, buf, nbytes, tag, x, 0);
+}
+
+/* ---- self transport: a send and a receive to oneself meet in two queues ---- */
+
+static void xfer_complete(chorus_xfer_t* x) { __atomic_store_n(&x->done, 1, __ATOMIC_RELEASE); }
+
+chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x) {
+  chorus_peer_t* me = &tp->peers[x->peer];
+  chorus_xfer_queue_t* mine = x->is_send ? &me->self_sendq : &me->self_recvq;
+  chorus_xfer_queue_t* other = x->is_send ? &me->self_recvq : &me->self_sendq;
+  chorus_xfer_t* match = chorus__xq_head(other);
+  if (!match) return chorus__xq_push(mine, x) ? CHORUS_ERR_NO_MEMORY : CHORUS_OK;
+  chorus_xfer_t* send = x->is_send ? x : match;
+  chorus_xfer_t* recv = x->is_send ? match : x;
+  char why[256];
+  chorus_status_t st = chorus__frame_check(&send->hdr, &recv->hdr, why, sizeof(why));
+  if (st < 0) {
+    snprintf(tp->err, sizeof(tp->err), "a send of rank %d to itself does not match its receive: %s",
+             tp->rank, why);
+    return st;
+  }
+  if (send->nbytes) memcpy(recv->buf, send->buf, send->nbytes);
+  chorus__xq_pop(other);
+  xfer_complete(send);
+  xfer_complete(recv);
+  return CHORUS_OK;
+}
+
+/* ---- frames ---- */
+
+void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outlen) {
+  const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
+  if (h->coll == CH_COLL_SEND) {
+    snprintf(out, outlen, "point-to-point message #%llu (%llu x %s, tag %u, %llu bytes)",
+             (unsigned long long)h->seq, (unsigned long long)h->count, dt ? dt : "?", h->tag,
+             (unsigned long long)h->nbytes);
+    return;
+  }
+  const char* op = chorus_op_name((chorus_op_t)h->op);
+  snprintf(out, outlen, "%s #%llu (count %llu, %s, %s, root %d, tag %u, %llu bytes)",
+           chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq,
+           (unsigned long long)h->count, dt ? dt : "?", op ? op : "?", h->root, h->tag,
+           (unsigned long long)h->nbytes);
+}
+
+chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
+                                    char* why, size_t whylen) {
+  if (got->magic != CHORUS_FRAME_MAGIC) {
+    snprintf(why, whylen, "received bytes that are not a Chorus frame (magic 0x%08x)", got->magic);
+    return CHORUS_ERR_PROTOCOL;
+  }
+  if (got->version != CHORUS_PROTO_VERSION) {
+    snprintf(why, whylen, "received a frame of protocol version %u, this rank speaks %u",
+             got->version, CHORUS_PROTO_VERSION);
+    return CHORUS_ERR_PROTOCOL;
+  }
+  if (got->comm_id != want->comm_id) {
+    snprintf(why, whylen, "received a frame of another communicator (id %016llx, expected %016llx)",
+             (unsigned long long)got->comm_id, (unsigned long long)want->comm_id);
+    return CHORUS_ERR_PROTOCOL;
+  }
+  if (got->coll != want->coll || got->seq != want->seq || got->tag != want->tag ||
+      got->nbytes != want->nbytes || got->count != want->count || got->dtype != want->dtype ||
+      got->op != want->op || got->root != want->root) {
+    char g[200], w[200];
+    chorus__frame_describe(got, g, sizeof(g));
+    chorus__frame_describe(want, w, sizeof(w));
+    snprintf(why, whylen, "mismatched calls: the peer sent %s, this rank expected %s", g, w);
+    return CHORUS_ERR_MISMATCH;
+  }
+  return CHORUS_OK;
+}
+
+/* ---- queues: growable rings of transfer pointers ---- */
+
+int chorus__xq_push(chorus_xfer_queue_t* q, chorus_xfer_t* x) {
+  if (q->count == q->cap) {
+    size_t cap = q->cap ? q->cap * 2 : 16;
+    chorus_xfer_t** items = malloc(cap * sizeof(*items));
+    if (!items) return -1;
+    for (size_t i = 0; i < q->count; i++) items[i] = q->items[(q->head + i) % q->cap];
+    free(q->items);
+    q->items = items;
+    q->head = 0;
+    q->cap = cap;
+  }
+  q->items[(q->head + q->count) % q->cap] = x;
+  q->count++;
+  return 0;
+}
+
+void chorus__xq_pop(chorus_xfer_queue_t* q) {
+  q->head = (q->head + 1) % q->cap;
+  q->count--;
+}
+
+void chorus__xq_free(chorus_xfer_queue_t* q) {
+  free(q->items);
+  memset(q, 0, sizeof(*q));
+}

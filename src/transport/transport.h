@@ -1,0 +1,108 @@
+/*
+ * transport.h - per-communicator connection state and the calls the engine (src/core) makes
+ * on it. Each peer is reached by one transport, chosen once at set-up: `self` for the caller's
+ * own rank (memory copy), `tcp` otherwise. A TCP peer has nsocks sockets; every socket keeps
+ * FIFO queues of posted sends and receives, so frames on one socket are matched in order.
+ * Only the thread that currently drives progress touches this state.
+ */
+#ifndef CHORUS_TRANSPORT_H
+#define CHORUS_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/sock.h"
+#include "transport/conn.h"
+
+/* Messages of at least this many bytes are striped over all sockets of a peer. */
+#define CHORUS_STRIPE_MIN_BYTES (256u * 1024u)
+
+typedef struct {
+  chorus_xfer_t** items;
+  size_t head, count, cap;
+} chorus_xfer_queue_t;
+
+typedef struct chorus_tcp_sock {
+  int fd;
+  int peer;
+  int index; /* stripe index among the peer's sockets */
+  chorus_xfer_queue_t sendq;
+  chorus_xfer_queue_t recvq;
+  size_t tx_hdr_off, tx_off; /* progress of the head send's frame */
+  chorus_frame_hdr_t rx_hdr;
+  size_t rx_hdr_off, rx_off; /* progress of the frame being received */
+  int rx_checked;            /* rx_hdr validated against the head receive */
+  int peer_closed;           /* EPOLLRDHUP/HUP seen */
+} chorus_tcp_sock_t;
+
+typedef struct {
+  int is_self;
+  int nsocks;
+  chorus_tcp_sock_t* socks;
+  char host[CHORUS_ADDR_LEN]; /* host id, for error messages */
+  char addr[CHORUS_ADDR_LEN]; /* its listening address */
+  chorus_xfer_queue_t self_sendq, self_recvq; /* is_self only */
+} chorus_peer_t;
+
+typedef struct chorus_transport {
+  int rank, nranks;
+  uint64_t comm_id;
+  int epfd;   /* every socket, edge-triggered, plus wakefd */
+  int wakefd; /* eventfd: wakes a sleeping progress thread (abort, new work) */
+  chorus_peer_t* peers;
+  char err[512]; /* the sentence describing the last transport error */
+} chorus_transport_t;
+
+/* Peer info exchanged at bootstrap. */
+typedef struct {
+  char host_id[CHORUS_ADDR_LEN];
+  char addr[CHORUS_ADDR_LEN]; /* "ip:port" of the rank's listener */
+  int32_t pid;
+  int32_t reserved;
+} chorus_peer_info_t;
+
+/* Connection handshake: what a connecting rank sends first. */
+#define CHORUS_HELLO_MAGIC 0x43484857u /* "CHHW" */
+typedef struct {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t sock_index;
+  int32_t rank;
+  int32_t nranks;
+  uint64_t comm_id;
+  uint8_t secret[16];
+} chorus_hello_t;
+
+/* Creates the epoll set and the peer table; no connections yet. */
+chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int nranks,
+                                         uint64_t comm_id);
+/* Connects every pair: rank r connects to lower ranks and accepts higher ranks, nsocks sockets
+ * each, authenticating with the secret. listen_fd is this rank's listener. */
+chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen_fd,
+                                              const chorus_peer_info_t* infos, int nsocks,
+                                              const uint8_t secret[16], uint64_t deadline_ns);
+/* Moves bytes of every queued transfer until the sockets would block. *moved counts transfers
+ * that changed state. Returns < 0 on a transport error (tp->err says what). */
+chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved);
+/* Sleeps in epoll until a socket has news or timeout_ms passes; marks peers that hung up. */
+void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms);
+void chorus__transport_wake(chorus_transport_t* tp);
+/* The peer of the oldest pending transfer (for timeout messages); -1 if none. */
+int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, size_t* bytes_left);
+/* Drops every queued transfer (after a failure) and shuts the sockets so peers notice. */
+void chorus__transport_shutdown(chorus_transport_t* tp);
+void chorus__transport_destroy(chorus_transport_t* tp);
+
+/* Posting, used by conn.c. */
+chorus_status_t chorus__tcp_post(chorus_transport_t* tp, chorus_xfer_t* x);
+chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x);
+
+/* Queue helpers. */
+int chorus__xq_push(chorus_xfer_queue_t* q, chorus_xfer_t* x);
+static inline chorus_xfer_t* chorus__xq_head(const chorus_xfer_queue_t* q) {
+  return q->count ? q->items[q->head] : NULL;
+}
+void chorus__xq_pop(chorus_xfer_queue_t* q);
+void chorus__xq_free(chorus_xfer_queue_t* q);
+
+#endif /* CHORUS_TRANSPORT_H */
