@@ -231,3 +231,18 @@ QUERY(chorus_comm_host_count, host_count)
 CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm) {
   return comm ? comm->last_error : "no communicator (NULL)";
 }
+
+const char* chorus__comm_peer_transport(const chorus_comm_t* comm, int peer) {
+  if (!comm || peer < 0 || peer >= comm->nranks || !comm->tp.peers) return NULL;
+  return comm->tp.peers[peer].is_self ? "self" : "tcp";
+}
+
+const char* chorus__comm_peer_host(const chorus_comm_t* comm, int peer) {
+  if (!comm || peer < 0 || peer >= comm->nranks || !comm->tp.peers) return NULL;
+  return comm->tp.peers[peer].host;
+}
+
+const char* chorus__comm_peer_addr(const chorus_comm_t* comm, int peer) {
+  if (!comm || peer < 0 || peer >= comm->nranks || !comm->tp.peers) return NULL;
+  return comm->tp.peers[peer].addr;
+}

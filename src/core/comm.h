@@ -96,4 +96,11 @@ void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st);
 void chorus__engine_drain(chorus_comm_t* comm);
 void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
 
+
+/* For chorus-diag: the transport name used to reach `peer` ("self", "tcp") and its host id
+ * and listening address; NULL for an invalid peer. */
+const char* chorus__comm_peer_transport(const chorus_comm_t* comm, int peer);
+const char* chorus__comm_peer_host(const chorus_comm_t* comm, int peer);
+const char* chorus__comm_peer_addr(const chorus_comm_t* comm, int peer);
+
 #endif /* CHORUS_COMM_H */
