@@ -63,11 +63,13 @@ static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, ch
 chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg) {
   chorus__log_init();
   char err[300] = "";
-  int64_t v[6];
-  static const chorus_param_id_t ids[6] = {CHORUS_PARAM_TIMEOUT_SEC, CHORUS_PARAM_CONNECT_TIMEOUT_SEC,
-                                           CHORUS_PARAM_RETRY_COUNT, CHORUS_PARAM_NSOCKS_PER_PEER,
-                                           CHORUS_PARAM_SPIN_US, CHORUS_PARAM_BUFF_SIZE};
-  for (int i = 0; i < 6; i++) {
+  enum { NINT = 8 };
+  int64_t v[NINT];
+  static const chorus_param_id_t ids[NINT] = {CHORUS_PARAM_TIMEOUT_SEC, CHORUS_PARAM_CONNECT_TIMEOUT_SEC,
+                                              CHORUS_PARAM_RETRY_COUNT, CHORUS_PARAM_NSOCKS_PER_PEER,
+                                              CHORUS_PARAM_SPIN_US,     CHORUS_PARAM_BUFF_SIZE,
+                                              CHORUS_PARAM_SHM_DISABLE, CHORUS_PARAM_SHM_BUFF_SIZE};
+  for (int i = 0; i < NINT; i++) {
     chorus_status_t st = chorus__param_int(ids[i], &v[i], err, sizeof(err));
     if (st < 0) {
       chorus__comm_set_error(comm, "%s", err);
@@ -81,6 +83,8 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->nsocks = (int)v[3];
   comm->spin_us = (int)v[4];
   comm->chunk_bytes = ((size_t)v[5] + 63) & ~(size_t)63;
+  comm->shm_enabled = !v[6];
+  comm->shm_ring_bytes = ((size_t)v[7] + 63) & ~(size_t)63;
   if (cfg) {
     if (cfg->size < sizeof(size_t) + sizeof(unsigned) || cfg->version / 10000 != CHORUS_VERSION_MAJOR) {
       chorus__comm_set_error(comm, "chorus_config_t was not initialised with CHORUS_CONFIG_INIT");
@@ -177,6 +181,8 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
   chorus_status_t st = chorus__transport_create(&comm->tp, comm->rank, comm->nranks, comm->comm_id);
   if (st >= 0)
     st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->secret, deadline);
+  if (st >= 0 && comm->shm_enabled)
+    st = chorus__transport_setup_shm(&comm->tp, infos, comm->shm_ring_bytes, deadline);
   if (st < 0) {
     chorus__comm_set_error(comm, "%s", comm->tp.err);
     CH_WARN(comm->rank, "%s", comm->tp.err);
@@ -234,7 +240,8 @@ CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm) {
 
 const char* chorus__comm_peer_transport(const chorus_comm_t* comm, int peer) {
   if (!comm || peer < 0 || peer >= comm->nranks || !comm->tp.peers) return NULL;
-  return comm->tp.peers[peer].is_self ? "self" : "tcp";
+  const chorus_peer_t* p = &comm->tp.peers[peer];
+  return p->is_self ? "self" : p->socks[0].is_shm ? "shm" : "tcp";
 }
 
 const char* chorus__comm_peer_host(const chorus_comm_t* comm, int peer) {

@@ -49,7 +49,7 @@ static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes
   x->seq = is_send ? t->send_seq : t->recv_seq;
   fill_header(t, x, is_send);
   if (tp->peers[peer].is_self) return chorus__self_post(tp, x);
-  return chorus__tcp_post(tp, x);
+  return chorus__stream_post(tp, x);
 }
 
 chorus_status_t chorus__conn_isend(chorus_task_t* t, int peer, const void* buf, size_t nbytes,

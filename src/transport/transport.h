@@ -10,8 +10,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "core/sock.h"
+#include "transport/shm.h"
 #include "transport/conn.h"
 
 /* Messages of at least this many bytes are striped over all sockets of a peer. */
@@ -22,23 +25,29 @@ typedef struct {
   size_t head, count, cap;
 } chorus_xfer_queue_t;
 
-typedef struct chorus_tcp_sock {
+/* One ordered byte stream to a peer: a TCP socket, or the pair of shared rings of a same-host
+ * peer (then fd is still that peer's TCP socket, kept for liveness: a dead process closes it). */
+typedef struct chorus_stream {
   int fd;
   int peer;
-  int index; /* stripe index among the peer's sockets */
+  int index; /* stripe index among the peer's streams */
+  int is_shm;
+  struct chorus_shm_ring* tx_ring;
+  struct chorus_shm_ring* rx_ring;
+  chorus_shm_bell_t* peer_bell; /* rung after writing (data) and after reading (space) */
   chorus_xfer_queue_t sendq;
   chorus_xfer_queue_t recvq;
   size_t tx_hdr_off, tx_off; /* progress of the head send's frame */
   chorus_frame_hdr_t rx_hdr;
   size_t rx_hdr_off, rx_off; /* progress of the frame being received */
   int rx_checked;            /* rx_hdr validated against the head receive */
-  int peer_closed;           /* EPOLLRDHUP/HUP seen */
-} chorus_tcp_sock_t;
+  int peer_closed;           /* EPOLLRDHUP/HUP seen on fd */
+} chorus_stream_t;
 
 typedef struct {
   int is_self;
   int nsocks;
-  chorus_tcp_sock_t* socks;
+  chorus_stream_t* socks;
   char host[CHORUS_ADDR_LEN]; /* host id, for error messages */
   char addr[CHORUS_ADDR_LEN]; /* its listening address */
   chorus_xfer_queue_t self_sendq, self_recvq; /* is_self only */
@@ -50,6 +59,8 @@ typedef struct chorus_transport {
   int epfd;   /* every socket, edge-triggered, plus wakefd */
   int wakefd; /* eventfd: wakes a sleeping progress thread (abort, new work) */
   chorus_peer_t* peers;
+  chorus_shm_seg_t shm;        /* this host's segment; base NULL without shm peers */
+  chorus_shm_bell_t* my_bell;  /* this rank's doorbell in it */
   char err[512]; /* the sentence describing the last transport error */
 } chorus_transport_t;
 
@@ -81,6 +92,10 @@ chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int n
 chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen_fd,
                                               const chorus_peer_info_t* infos, int nsocks,
                                               const uint8_t secret[16], uint64_t deadline_ns);
+/* Maps a shared segment with the other ranks of this host and moves their traffic to it;
+ * falls back to TCP (with a warning) when the segment cannot be made. */
+chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, const chorus_peer_info_t* infos,
+                                            size_t ring_bytes, uint64_t deadline_ns);
 /* Moves bytes of every queued transfer until the sockets would block. *moved counts transfers
  * that changed state. Returns < 0 on a transport error (tp->err says what). */
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved);
@@ -94,8 +109,13 @@ void chorus__transport_shutdown(chorus_transport_t* tp);
 void chorus__transport_destroy(chorus_transport_t* tp);
 
 /* Posting, used by conn.c. */
-chorus_status_t chorus__tcp_post(chorus_transport_t* tp, chorus_xfer_t* x);
+chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x);
 chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x);
+
+/* TCP stream I/O (tcp.c): bytes moved, 0 when it would block, -errno on failure (-EPIPE: the
+ * peer closed). */
+ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov);
+ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len);
 
 /* Queue helpers. */
 int chorus__xq_push(chorus_xfer_queue_t* q, chorus_xfer_t* x);

@@ -79,7 +79,7 @@ typedef struct {
   int32_t rank, local_rank, local_size, pid;
   char host[64];
   char addr[64];
-  char transports[112]; /* one letter per peer: s(elf) t(cp) */
+  char transports[112]; /* one letter per peer: s(hm), t(cp), . (itself) */
 } topo_rec_t;
 
 static void report_topo(chorus_comm_t* comm, int rank, int n) {
@@ -89,13 +89,13 @@ static void report_topo(chorus_comm_t* comm, int rank, int n) {
   snprintf(me.host, sizeof(me.host), "%s", chorus__comm_peer_host(comm, rank));
   snprintf(me.addr, sizeof(me.addr), "%s", chorus__comm_peer_addr(comm, rank));
   for (int p = 0; p < n && p < (int)sizeof(me.transports) - 1; p++)
-    me.transports[p] = chorus__comm_peer_transport(comm, p)[0];
+    me.transports[p] = p == rank ? '.' : chorus__comm_peer_transport(comm, p)[0];
   topo_rec_t* all = rank == 0 ? calloc((size_t)n, sizeof(*all)) : NULL;
   CHECK(chorus_gather(&me, all, sizeof(me), CHORUS_UINT8, 0, comm));
   if (rank != 0) return;
   int hosts = 0;
   chorus_comm_host_count(comm, &hosts);
-  printf("# %d ranks on %d host(s); transport to peer p: s = self, t = tcp\n", n, hosts);
+  printf("# %d ranks on %d host(s); transport to peer p: s = shared memory, t = tcp, . = itself\n", n, hosts);
   printf("%5s %-24s %6s %6s %8s %-22s %s\n", "rank", "host", "local", "of", "pid", "listens on", "transport per peer");
   for (int r = 0; r < n; r++)
     printf("%5d %-24s %6d %6d %8d %-22s %s\n", all[r].rank, all[r].host, all[r].local_rank,

@@ -1,0 +1,202 @@
+/*
+ * shm.c - shared segments, SPSC byte rings and futex doorbells for same-host peers (shm.h).
+ *
+ * Segment layout: a header line, one doorbell line per local rank, then nlocal*(nlocal-1)
+ * rings. A ring is a producer line (head: bytes written so far), a consumer line (tail: bytes
+ * read so far) and ring_bytes of data; head and tail only grow, so head - tail is the fill.
+ * The producer publishes data with a release store of head, the consumer frees space with a
+ * release store of tail: no locks, no shared writes to one cache line.
+ */
+#include "transport/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x43485348u /* "CHSH" */
+#define LINE 64
+
+struct chorus_shm_ring {
+  _Alignas(LINE) uint64_t head;
+  _Alignas(LINE) uint64_t tail;
+  _Alignas(LINE) char data[];
+};
+
+typedef struct {
+  uint32_t magic;
+  uint32_t nlocal;
+  uint64_t ring_bytes;
+  uint64_t seg_bytes;
+  char pad[LINE - 24];
+} seg_header_t;
+
+static size_t ring_stride(size_t ring_bytes) { return sizeof(chorus_shm_ring_t) + ring_bytes; }
+
+size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes) {
+  return LINE + (size_t)nlocal * LINE + (size_t)nlocal * (size_t)(nlocal - 1) * ring_stride(ring_bytes);
+}
+
+chorus_shm_bell_t* chorus__shm_bell(const chorus_shm_seg_t* seg, int local) {
+  return (chorus_shm_bell_t*)((char*)seg->base + LINE + (size_t)local * LINE);
+}
+
+chorus_shm_ring_t* chorus__shm_ring(const chorus_shm_seg_t* seg, int from, int to) {
+  size_t idx = (size_t)from * (size_t)(seg->nlocal - 1) + (size_t)(to < from ? to : to - 1);
+  char* rings = (char*)seg->base + LINE + (size_t)seg->nlocal * LINE;
+  return (chorus_shm_ring_t*)(rings + idx * ring_stride(seg->ring_bytes));
+}
+
+static chorus_status_t map_fd(int fd, size_t bytes, chorus_shm_seg_t* seg, char* err, size_t errlen) {
+  void* base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    snprintf(err, errlen, "mmap of %zu shared bytes failed: %s", bytes, strerror(errno));
+    return CHORUS_ERR_SYSTEM;
+  }
+  seg->base = base;
+  seg->bytes = bytes;
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, chorus_shm_seg_t* seg,
+                                   char* err, size_t errlen) {
+  size_t bytes = chorus__shm_seg_bytes(nlocal, ring_bytes);
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "shm_open(%s) failed: %s", name, strerror(errno));
+    return CHORUS_ERR_SYSTEM;
+  }
+  /* posix_fallocate reserves the pages now, so a full /dev/shm fails here, not with SIGBUS
+   * in the middle of a collective. */
+  int rc = posix_fallocate(fd, 0, (off_t)bytes);
+  chorus_status_t st = CHORUS_OK;
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot reserve %zu bytes in /dev/shm for %s: %s", bytes, name, strerror(rc));
+    st = CHORUS_ERR_SYSTEM;
+  }
+  if (st >= 0) st = map_fd(fd, bytes, seg, err, errlen);
+  close(fd);
+  if (st < 0) {
+    shm_unlink(name);
+    return st;
+  }
+  seg->nlocal = nlocal;
+  seg->my_local = 0;
+  seg->ring_bytes = ring_bytes;
+  seg_header_t* h = seg->base;
+  h->nlocal = (uint32_t)nlocal;
+  h->ring_bytes = ring_bytes;
+  h->seg_bytes = bytes;
+  __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, chorus_shm_seg_t* seg,
+                                   char* err, size_t errlen) {
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "shm_open(%s) failed: %s", name, strerror(errno));
+    return CHORUS_ERR_SYSTEM;
+  }
+  struct stat sb;
+  chorus_status_t st = CHORUS_OK;
+  if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < sizeof(seg_header_t)) {
+    snprintf(err, errlen, "shared segment %s has no header", name);
+    st = CHORUS_ERR_PROTOCOL;
+  }
+  if (st >= 0) st = map_fd(fd, (size_t)sb.st_size, seg, err, errlen);
+  close(fd);
+  if (st < 0) return st;
+  seg_header_t* h = seg->base;
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->nlocal != (uint32_t)nlocal ||
+      h->seg_bytes != (uint64_t)sb.st_size || chorus__shm_seg_bytes(nlocal, h->ring_bytes) != h->seg_bytes) {
+    snprintf(err, errlen, "shared segment %s does not match this communicator", name);
+    chorus__shm_detach(seg);
+    return CHORUS_ERR_PROTOCOL;
+  }
+  seg->nlocal = nlocal;
+  seg->my_local = my_local;
+  seg->ring_bytes = h->ring_bytes;
+  return CHORUS_OK;
+}
+
+void chorus__shm_detach(chorus_shm_seg_t* seg) {
+  if (seg->base) munmap(seg->base, seg->bytes);
+  seg->base = NULL;
+  seg->bytes = 0;
+}
+
+/* ---- rings ---- */
+
+size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const struct iovec* iov, int niov) {
+  uint64_t head = r->head; /* only this side writes head */
+  uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+  size_t space = ring_bytes - (size_t)(head - tail), written = 0;
+  for (int i = 0; i < niov && space > 0; i++) {
+    const char* src = iov[i].iov_base;
+    size_t len = iov[i].iov_len < space ? iov[i].iov_len : space;
+    size_t pos = (size_t)(head % ring_bytes);
+    size_t first = len < ring_bytes - pos ? len : ring_bytes - pos;
+    memcpy(r->data + pos, src, first);
+    if (len > first) memcpy(r->data, src + first, len - first);
+    head += len;
+    space -= len;
+    written += len;
+    if (len < iov[i].iov_len) break;
+  }
+  if (written) __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
+  return written;
+}
+
+size_t chorus__shm_ring_read(chorus_shm_ring_t* r, size_t ring_bytes, void* buf, size_t len) {
+  uint64_t tail = r->tail; /* only this side writes tail */
+  uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+  size_t avail = (size_t)(head - tail);
+  if (len > avail) len = avail;
+  if (!len) return 0;
+  size_t pos = (size_t)(tail % ring_bytes);
+  size_t first = len < ring_bytes - pos ? len : ring_bytes - pos;
+  memcpy(buf, r->data + pos, first);
+  if (len > first) memcpy((char*)buf + first, r->data, len - first);
+  __atomic_store_n(&r->tail, tail + len, __ATOMIC_RELEASE);
+  return len;
+}
+
+int chorus__shm_ring_empty(const chorus_shm_ring_t* r) {
+  return __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) == r->tail;
+}
+
+/* ---- doorbells ---- */
+
+void chorus__shm_bell_ring(chorus_shm_bell_t* bell) {
+  __atomic_add_fetch(&bell->seq, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&bell->sleeping, __ATOMIC_SEQ_CST))
+    syscall(SYS_futex, &bell->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Returns the value to wait on; the caller re-checks its rings after this and before waiting,
+ * so a bell rung in between either shows in the rings or changes seq (no lost wake-up). */
+uint32_t chorus__shm_bell_arm(chorus_shm_bell_t* bell) {
+  uint32_t seen = __atomic_load_n(&bell->seq, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&bell->sleeping, 1, __ATOMIC_SEQ_CST);
+  return seen;
+}
+
+void chorus__shm_bell_wait(chorus_shm_bell_t* bell, uint32_t seen, int timeout_ms) {
+  struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+  syscall(SYS_futex, &bell->seq, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+void chorus__shm_bell_disarm(chorus_shm_bell_t* bell) {
+  __atomic_store_n(&bell->sleeping, 0, __ATOMIC_SEQ_CST);
+}
+
+size_t chorus__shm_ring_space(const chorus_shm_ring_t* r, size_t ring_bytes) {
+  return ring_bytes - (size_t)(r->head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE));
+}

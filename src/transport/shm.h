@@ -1,0 +1,61 @@
+/*
+ * shm.h - the same-host transport: one shared segment per host and communicator holding a
+ * single-producer single-consumer byte ring for every ordered pair of local ranks, plus a
+ * doorbell (futex word) per local rank. Frames travel through a ring exactly as through a TCP
+ * socket (header, then payload), so the data path is shared with tcp. The segment is unlinked
+ * as soon as every local rank has mapped it: nothing is left in /dev/shm even after SIGKILL.
+ */
+#ifndef CHORUS_SHM_H
+#define CHORUS_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "chorus.h"
+
+typedef struct chorus_shm_ring chorus_shm_ring_t;
+
+typedef struct {
+  uint32_t seq;      /* futex word: bumped by anyone who gives this rank something to do */
+  uint32_t sleeping; /* this rank sleeps (or is about to) on seq */
+  char pad[56];
+} chorus_shm_bell_t;
+
+/* The mapping of one host's segment, held by each local rank. */
+typedef struct {
+  void* base;
+  size_t bytes;
+  int nlocal;
+  int my_local;
+  size_t ring_bytes;
+} chorus_shm_seg_t;
+
+/* Ring of the ordered pair (from -> to), local indices. */
+chorus_shm_ring_t* chorus__shm_ring(const chorus_shm_seg_t* seg, int from, int to);
+chorus_shm_bell_t* chorus__shm_bell(const chorus_shm_seg_t* seg, int local);
+
+/* Segment size for nlocal ranks with rings of ring_bytes. */
+size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes);
+/* Creates (leader) or maps (others) the segment; see shm.c for the handshake. */
+chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, chorus_shm_seg_t* seg,
+                                   char* err, size_t errlen);
+chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, chorus_shm_seg_t* seg,
+                                   char* err, size_t errlen);
+void chorus__shm_detach(chorus_shm_seg_t* seg);
+
+/* Stream I/O: bytes moved (0 when the ring is full / empty). */
+size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const struct iovec* iov, int niov);
+size_t chorus__shm_ring_read(chorus_shm_ring_t* r, size_t ring_bytes, void* buf, size_t len);
+int chorus__shm_ring_empty(const chorus_shm_ring_t* r);
+size_t chorus__shm_ring_space(const chorus_shm_ring_t* r, size_t ring_bytes);
+
+/* Doorbells: ring wakes the rank if it sleeps; wait sleeps until bumped past `seen` or
+ * timeout_ms passes. */
+void chorus__shm_bell_ring(chorus_shm_bell_t* bell);
+uint32_t chorus__shm_bell_arm(chorus_shm_bell_t* bell);
+void chorus__shm_bell_wait(chorus_shm_bell_t* bell, uint32_t seen, int timeout_ms);
+void chorus__shm_bell_disarm(chorus_shm_bell_t* bell);
+
+#endif /* CHORUS_SHM_H */

@@ -1,0 +1,318 @@
+/*
+ * transport.c - the data path shared by every stream (TCP socket or shared ring): frames in
+ * posting order per stream, a 48-byte header (frame.h) then the payload, written in one call
+ * and received straight into the destination buffer once the header has been validated.
+ * Messages of CHORUS_STRIPE_MIN_BYTES and more to a TCP peer are cut into one part per socket.
+ * Waiting: epoll over the sockets, or, when only same-host peers are pending, this rank's
+ * futex doorbell.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "transport/transport.h"
+
+/* While shared-memory transfers wait, a rank sleeps on its doorbell at most this long before it
+ * looks at the sockets for peers that hung up. */
+#define SHM_LIVENESS_MS 20
+
+chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int nranks,
+                                         uint64_t comm_id) {
+  memset(tp, 0, sizeof(*tp));
+  tp->rank = rank;
+  tp->nranks = nranks;
+  tp->comm_id = comm_id;
+  tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+  tp->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  tp->peers = calloc((size_t)nranks, sizeof(chorus_peer_t));
+  if (tp->epfd < 0 || tp->wakefd < 0 || !tp->peers) {
+    snprintf(tp->err, sizeof(tp->err), "cannot create the epoll set: %s", strerror(errno));
+    return CHORUS_ERR_SYSTEM;
+  }
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = NULL};
+  epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wakefd, &ev);
+  tp->peers[rank].is_self = 1;
+  return CHORUS_OK;
+}
+
+/* ---- stream I/O dispatch ---- */
+
+static ssize_t stream_writev(chorus_transport_t* tp, chorus_stream_t* s, const struct iovec* iov, int niov) {
+  if (!s->is_shm) return chorus__tcp_writev(s, iov, niov);
+  if (s->peer_closed) return -EPIPE;
+  size_t n = chorus__shm_ring_write(s->tx_ring, tp->shm.ring_bytes, iov, niov);
+  if (n) chorus__shm_bell_ring(s->peer_bell);
+  return (ssize_t)n;
+}
+
+static ssize_t stream_read(chorus_transport_t* tp, chorus_stream_t* s, void* buf, size_t len) {
+  if (!s->is_shm) return chorus__tcp_read(s, buf, len);
+  size_t n = chorus__shm_ring_read(s->rx_ring, tp->shm.ring_bytes, buf, len);
+  if (n) {
+    chorus__shm_bell_ring(s->peer_bell); /* the writer may wait for space */
+    return (ssize_t)n;
+  }
+  return s->peer_closed ? -EPIPE : 0;
+}
+
+/* ---- data path ---- */
+
+/* Byte range of part `i` of a transfer cut into `n` parts. */
+static void part_range(size_t nbytes, int n, int i, size_t* off, size_t* len) {
+  size_t base = nbytes / (size_t)n, rem = nbytes % (size_t)n;
+  *off = (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
+  *len = base + ((size_t)i < rem ? 1 : 0);
+}
+
+static void part_done(chorus_xfer_t* x) {
+  if (++x->parts_done == x->nparts) __atomic_store_n(&x->done, 1, __ATOMIC_RELEASE);
+}
+
+static chorus_status_t stream_error(chorus_transport_t* tp, const chorus_stream_t* s,
+                                    const char* what, int err) {
+  const chorus_peer_t* p = &tp->peers[s->peer];
+  int closed = err == EPIPE;
+  int remote = closed || err == ECONNRESET || err == ETIMEDOUT || err == EHOSTUNREACH;
+  snprintf(tp->err, sizeof(tp->err), "%s connection to rank %d (host %s, %s) %s%s%s",
+           s->is_shm ? "shared-memory" : "TCP", s->peer, p->host, p->addr,
+           closed ? "was closed by the peer (it exited or failed)" : what, closed ? "" : ": ",
+           closed ? "" : strerror(err));
+  return remote ? CHORUS_ERR_REMOTE : CHORUS_ERR_SYSTEM;
+}
+
+static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
+  chorus_xfer_t* x;
+  while ((x = chorus__xq_head(&s->sendq)) != NULL) {
+    size_t off, len;
+    part_range(x->nbytes, x->nparts, x->nparts > 1 ? s->index : 0, &off, &len);
+    struct iovec iov[2];
+    int niov = 0;
+    if (s->tx_hdr_off < sizeof(x->hdr))
+      iov[niov++] = (struct iovec){(char*)&x->hdr + s->tx_hdr_off, sizeof(x->hdr) - s->tx_hdr_off};
+    if (s->tx_off < len) iov[niov++] = (struct iovec){x->buf + off + s->tx_off, len - s->tx_off};
+    ssize_t n = stream_writev(tp, s, iov, niov);
+    if (n < 0) return stream_error(tp, s, "failed while sending", (int)-n);
+    if (n == 0) return CHORUS_OK;
+    size_t sent = (size_t)n, hdr_left = sizeof(x->hdr) - s->tx_hdr_off;
+    size_t to_hdr = sent < hdr_left ? sent : hdr_left;
+    s->tx_hdr_off += to_hdr;
+    s->tx_off += sent - to_hdr;
+    (*moved)++;
+    if (s->tx_hdr_off < sizeof(x->hdr) || s->tx_off < len) continue;
+    chorus__xq_pop(&s->sendq);
+    s->tx_hdr_off = s->tx_off = 0;
+    part_done(x);
+  }
+  return CHORUS_OK;
+}
+
+/* Reads and validates the header of the next frame. 1 when it is complete and matches. */
+static int recv_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t* x, chorus_status_t* st, int* moved) {
+  ssize_t n = stream_read(tp, s, (char*)&s->rx_hdr + s->rx_hdr_off, sizeof(s->rx_hdr) - s->rx_hdr_off);
+  if (n < 0) *st = stream_error(tp, s, "failed while receiving", (int)-n);
+  if (n <= 0) return 0;
+  (*moved)++;
+  s->rx_hdr_off += (size_t)n;
+  if (s->rx_hdr_off < sizeof(s->rx_hdr)) return 0;
+  char why[400];
+  *st = chorus__frame_check(&s->rx_hdr, &x->hdr, why, sizeof(why));
+  if (*st < 0) {
+    snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): %s", s->peer, tp->peers[s->peer].host, why);
+    return 0;
+  }
+  s->rx_checked = 1;
+  return 1;
+}
+
+static chorus_status_t stream_recv(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
+  chorus_xfer_t* x;
+  while ((x = chorus__xq_head(&s->recvq)) != NULL) {
+    size_t off, len;
+    part_range(x->nbytes, x->nparts, x->nparts > 1 ? s->index : 0, &off, &len);
+    chorus_status_t st = CHORUS_OK;
+    if (!s->rx_checked && !recv_header(tp, s, x, &st, moved)) return st;
+    while (s->rx_off < len) {
+      ssize_t n = stream_read(tp, s, x->buf + off + s->rx_off, len - s->rx_off);
+      if (n < 0) return stream_error(tp, s, "failed while receiving", (int)-n);
+      if (n == 0) return CHORUS_OK;
+      s->rx_off += (size_t)n;
+      (*moved)++;
+    }
+    chorus__xq_pop(&s->recvq);
+    s->rx_hdr_off = s->rx_off = 0;
+    s->rx_checked = 0;
+    part_done(x);
+  }
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x) {
+  chorus_peer_t* p = &tp->peers[x->peer];
+  int stripe = x->nbytes >= CHORUS_STRIPE_MIN_BYTES && p->nsocks > 1 && !p->socks[0].is_shm;
+  x->nparts = stripe ? p->nsocks : 1;
+  for (int i = 0; i < x->nparts; i++) {
+    chorus_stream_t* s = &p->socks[i];
+    chorus_xfer_queue_t* q = x->is_send ? &s->sendq : &s->recvq;
+    if (chorus__xq_push(q, x)) return CHORUS_ERR_NO_MEMORY;
+    /* Start at once when it is first in line: the latency path is one write. */
+    if (q->count == 1) {
+      int moved = 0;
+      chorus_status_t st = x->is_send ? stream_send(tp, s, &moved) : stream_recv(tp, s, &moved);
+      if (st < 0) return st;
+    }
+  }
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved) {
+  for (int p = 0; p < tp->nranks; p++) {
+    chorus_peer_t* peer = &tp->peers[p];
+    for (int i = 0; i < peer->nsocks; i++) {
+      chorus_stream_t* s = &peer->socks[i];
+      chorus_status_t st = CHORUS_OK;
+      if (s->sendq.count) st = stream_send(tp, s, moved);
+      if (st >= 0 && s->recvq.count) st = stream_recv(tp, s, moved);
+      if (st < 0) return st;
+    }
+  }
+  return CHORUS_OK;
+}
+
+/* ---- waiting ---- */
+
+/* Which kinds of streams have transfers waiting; whether a shared one could move now. */
+static void pending_kinds(const chorus_transport_t* tp, int* tcp, int* shm, int* shm_ready) {
+  *tcp = *shm = *shm_ready = 0;
+  for (int p = 0; p < tp->nranks; p++) {
+    const chorus_peer_t* peer = &tp->peers[p];
+    for (int i = 0; i < peer->nsocks; i++) {
+      const chorus_stream_t* s = &peer->socks[i];
+      if (!s->sendq.count && !s->recvq.count) continue;
+      if (!s->is_shm) {
+        *tcp = 1;
+        continue;
+      }
+      *shm = 1;
+      if (s->recvq.count && (!chorus__shm_ring_empty(s->rx_ring) || s->peer_closed)) *shm_ready = 1;
+      if (s->sendq.count && (chorus__shm_ring_space(s->tx_ring, tp->shm.ring_bytes) || s->peer_closed))
+        *shm_ready = 1;
+    }
+  }
+}
+
+static void collect_events(chorus_transport_t* tp, int timeout_ms) {
+  struct epoll_event evs[64];
+  int n = epoll_wait(tp->epfd, evs, 64, timeout_ms);
+  for (int i = 0; i < n; i++) {
+    chorus_stream_t* s = evs[i].data.ptr;
+    if (!s) {
+      uint64_t v;
+      while (read(tp->wakefd, &v, sizeof(v)) > 0) {
+      }
+    } else if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      s->peer_closed = 1;
+    }
+  }
+}
+
+void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms) {
+  int tcp, shm, shm_ready;
+  pending_kinds(tp, &tcp, &shm, &shm_ready);
+  if (!shm || !tp->my_bell) {
+    collect_events(tp, timeout_ms);
+    return;
+  }
+  if (tcp) { /* both kinds pending: poll the sockets briefly, then look at the rings again */
+    collect_events(tp, timeout_ms < 1 ? timeout_ms : 1);
+    return;
+  }
+  uint32_t seen = chorus__shm_bell_arm(tp->my_bell);
+  pending_kinds(tp, &tcp, &shm, &shm_ready);
+  if (!shm_ready) {
+    int ms = timeout_ms < SHM_LIVENESS_MS ? timeout_ms : SHM_LIVENESS_MS;
+    chorus__shm_bell_wait(tp->my_bell, seen, ms);
+  }
+  chorus__shm_bell_disarm(tp->my_bell);
+  collect_events(tp, 0); /* peers that died close their sockets */
+}
+
+void chorus__transport_wake(chorus_transport_t* tp) {
+  uint64_t one = 1;
+  if (tp->wakefd >= 0 && write(tp->wakefd, &one, sizeof(one)) < 0) {
+    /* The counter is saturated: a wake-up is already pending. */
+  }
+  if (tp->my_bell) chorus__shm_bell_ring(tp->my_bell);
+}
+
+int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, size_t* bytes_left) {
+  for (int pass = 0; pass < 2; pass++) /* receives first: they are what a rank waits for */
+    for (int p = 0; p < tp->nranks; p++) {
+      const chorus_peer_t* peer = &tp->peers[p];
+      for (int i = 0; i < peer->nsocks; i++) {
+        const chorus_xfer_queue_t* q = pass == 0 ? &peer->socks[i].recvq : &peer->socks[i].sendq;
+        const chorus_xfer_t* x = chorus__xq_head(q);
+        if (!x) continue;
+        *is_send = pass;
+        size_t off, len;
+        part_range(x->nbytes, x->nparts, x->nparts > 1 ? i : 0, &off, &len);
+        *bytes_left = len - (pass == 0 ? peer->socks[i].rx_off : peer->socks[i].tx_off);
+        return p;
+      }
+      if (peer->is_self) {
+        const chorus_xfer_queue_t* q = pass == 0 ? &peer->self_recvq : &peer->self_sendq;
+        const chorus_xfer_t* x = chorus__xq_head(q);
+        if (x) {
+          *is_send = pass;
+          *bytes_left = x->nbytes;
+          return p;
+        }
+      }
+    }
+  return -1;
+}
+
+/* ---- teardown ---- */
+
+void chorus__transport_shutdown(chorus_transport_t* tp) {
+  if (!tp->peers) return;
+  for (int p = 0; p < tp->nranks; p++) {
+    chorus_peer_t* peer = &tp->peers[p];
+    peer->self_sendq.count = peer->self_recvq.count = 0;
+    for (int i = 0; i < peer->nsocks; i++) {
+      chorus_stream_t* s = &peer->socks[i];
+      s->sendq.count = s->recvq.count = 0;
+      s->tx_hdr_off = s->tx_off = s->rx_hdr_off = s->rx_off = 0;
+      s->rx_checked = 0;
+      if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+    }
+  }
+}
+
+void chorus__transport_destroy(chorus_transport_t* tp) {
+  if (tp->peers) {
+    for (int p = 0; p < tp->nranks; p++) {
+      chorus_peer_t* peer = &tp->peers[p];
+      for (int i = 0; i < peer->nsocks; i++) {
+        if (peer->socks[i].fd >= 0) close(peer->socks[i].fd);
+        chorus__xq_free(&peer->socks[i].sendq);
+        chorus__xq_free(&peer->socks[i].recvq);
+      }
+      free(peer->socks);
+      chorus__xq_free(&peer->self_sendq);
+      chorus__xq_free(&peer->self_recvq);
+    }
+    free(tp->peers);
+    tp->peers = NULL;
+  }
+  chorus__shm_detach(&tp->shm);
+  tp->my_bell = NULL;
+  if (tp->epfd >= 0) close(tp->epfd);
+  if (tp->wakefd >= 0) close(tp->wakefd);
+  tp->epfd = tp->wakefd = -1;
+}
