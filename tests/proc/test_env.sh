@@ -1,0 +1,115 @@
+#!/bin/bash
+# test_env.sh CHORUS_RUN - the environment chorus-run gives its ranks: every rank dumps its
+# environment to a file, and the values are checked (rank numbers unique and complete, the
+# same store address, secret and master port everywhere, user values that must win, -x, stdin
+# from /dev/null, and no file descriptor leaked into the ranks).
+source "$(dirname "$0")/lib.sh"
+RUN=${1:?usage: test_env.sh CHORUS_RUN}
+
+DUMP="$TMP/dump.sh"
+cat >"$DUMP" <<'EOF'
+#!/bin/sh
+env > "$OUT/env.$CHORUS_RANK"
+EOF
+chmod +x "$DUMP"
+
+# value FILE NAME: the value of NAME in an env dump ("" if absent).
+value() { sed -n "s/^$2=//p" "$1" | head -n 1; }
+
+check_env_run() {
+  local n=$1 dir="$TMP/n$1" r f addr secret mport
+  mkdir -p "$dir"
+  timeout 20 "$RUN" -n "$n" -x OUT="$dir" "$DUMP" || fail "n=$n: chorus-run exited $?"
+  [ "$(ls "$dir" | wc -l)" = "$n" ] || fail "n=$n: expected $n env dumps, got $(ls "$dir")"
+  addr=$(value "$dir/env.0" CHORUS_ADDR)
+  secret=$(value "$dir/env.0" CHORUS_SECRET)
+  mport=$(value "$dir/env.0" MASTER_PORT)
+  [[ $addr =~ ^127\.0\.0\.1:([0-9]+)$ ]] || fail "n=$n: CHORUS_ADDR='$addr'"
+  local sport=${BASH_REMATCH[1]}
+  ((sport >= 1 && sport <= 65535)) || fail "n=$n: store port $sport"
+  [[ $secret =~ ^[0-9a-f]{32}$ ]] || fail "n=$n: CHORUS_SECRET='$secret'"
+  [[ $mport =~ ^[0-9]+$ ]] && ((mport >= 1 && mport <= 65535)) || fail "n=$n: MASTER_PORT='$mport'"
+  [ "$mport" != "$sport" ] || fail "n=$n: MASTER_PORT equals the store port $sport"
+  for ((r = 0; r < n; r++)); do
+    f="$dir/env.$r"
+    [ -f "$f" ] || fail "n=$n: rank $r wrote no dump"
+    for var in CHORUS_RANK RANK CHORUS_LOCAL_RANK LOCAL_RANK; do
+      [ "$(value "$f" $var)" = "$r" ] || fail "n=$n rank $r: $var='$(value "$f" $var)'"
+    done
+    for var in CHORUS_SIZE WORLD_SIZE CHORUS_LOCAL_SIZE LOCAL_WORLD_SIZE; do
+      [ "$(value "$f" $var)" = "$n" ] || fail "n=$n rank $r: $var='$(value "$f" $var)'"
+    done
+    [ "$(value "$f" CHORUS_ADDR)" = "$addr" ] || fail "n=$n rank $r: another CHORUS_ADDR"
+    [ "$(value "$f" CHORUS_SECRET)" = "$secret" ] || fail "n=$n rank $r: another CHORUS_SECRET"
+    [ "$(value "$f" MASTER_PORT)" = "$mport" ] || fail "n=$n rank $r: another MASTER_PORT"
+    [ "$(value "$f" MASTER_ADDR)" = 127.0.0.1 ] || fail "n=$n rank $r: MASTER_ADDR"
+    [ "$(grep -c '^CHORUS_RANK=' "$f")" = 1 ] || fail "n=$n rank $r: CHORUS_RANK set twice"
+  done
+  echo "$secret" >>"$TMP/secrets"
+  ok "n=$n: ranks 0..$((n - 1)) once each, sizes, shared addr/secret/port ($addr, $mport)"
+}
+
+for n in 1 3 4; do check_env_run $n; done
+[ "$(sort -u "$TMP/secrets" | wc -l)" = 3 ] || fail "secrets repeat across runs"
+ok "a new secret per run"
+
+# Values that must win or be replaced: the user's CHORUS_ADDR/MASTER_PORT stay; a stale
+# CHORUS_RANK/RANK from an outer launcher is replaced; other variables are inherited; -x sets
+# (last one wins, '=' allowed in the value) and overrides inherited values.
+dir="$TMP/user"
+mkdir -p "$dir"
+CHORUS_ADDR=127.0.0.1:45678 MASTER_PORT=45679 CHORUS_RANK=77 RANK=77 INHERITED=yes \
+  OVERRIDDEN=old timeout 20 "$RUN" -n 2 -x OUT="$dir" -x OVERRIDDEN=new -x EQ=a=b \
+  -x TWICE=1 -x TWICE=2 "$DUMP" || fail "user-set run exited $?"
+for r in 0 1; do
+  f="$dir/env.$r"
+  [ "$(value "$f" CHORUS_ADDR)" = 127.0.0.1:45678 ] || fail "user CHORUS_ADDR lost"
+  [ "$(value "$f" MASTER_PORT)" = 45679 ] || fail "user MASTER_PORT lost"
+  [ "$(value "$f" MASTER_ADDR)" = 127.0.0.1 ] || fail "MASTER_ADDR missing"
+  [ "$(value "$f" CHORUS_RANK)" = $r ] || fail "stale CHORUS_RANK kept"
+  [ "$(value "$f" RANK)" = $r ] || fail "stale RANK kept"
+  [ "$(value "$f" INHERITED)" = yes ] || fail "inherited variable lost"
+  [ "$(value "$f" OVERRIDDEN)" = new ] || fail "-x did not override"
+  [ "$(grep -c '^OVERRIDDEN=' "$f")" = 1 ] || fail "OVERRIDDEN set twice"
+  [ "$(value "$f" EQ)" = a=b ] || fail "-x EQ=a=b gave '$(value "$f" EQ)'"
+  [ "$(value "$f" TWICE)" = 2 ] || fail "-x TWICE: last should win"
+  [ "$(grep -c '^TWICE=' "$f")" = 1 ] || fail "TWICE set twice"
+  [[ $(value "$f" CHORUS_SECRET) =~ ^[0-9a-f]{32}$ ]] || fail "secret missing"
+done
+ok "user CHORUS_ADDR/MASTER_PORT win, stale ranks replaced, inheritance and -x"
+
+dir="$TMP/user2"
+mkdir -p "$dir"
+CHORUS_SECRET=0123 timeout 20 "$RUN" -n 1 -x OUT="$dir" -x MASTER_ADDR=127.0.0.2 "$DUMP" ||
+  fail "run with a user secret exited $?"
+[ "$(value "$dir/env.0" CHORUS_SECRET)" = 0123 ] || fail "user CHORUS_SECRET lost"
+[ "$(value "$dir/env.0" MASTER_ADDR)" = 127.0.0.2 ] || fail "-x MASTER_ADDR lost"
+ok "user CHORUS_SECRET and -x MASTER_ADDR win"
+
+# stdin is /dev/null: a rank that reads stdin sees EOF at once even though ours has data.
+got=$(echo "must not be read" | timeout 10 "$RUN" -n 2 sh -c 'cat; echo "eof $CHORUS_RANK"' | sort)
+[ "$got" = $'eof 0\neof 1' ] || fail "stdin: got '$got'"
+ok "ranks read stdin from /dev/null"
+
+# No descriptor of chorus-run (pipes, signalfd, sockets) leaks into the ranks: `ls` started by
+# a rank sees the same open descriptors as `ls` started directly, with and without --prefix.
+FDS="$TMP/fds.sh"
+cat >"$FDS" <<'EOF2'
+#!/bin/sh
+exec ls /proc/self/fd >"$OUT/fds.${CHORUS_RANK:-direct}"
+EOF2
+chmod +x "$FDS"
+for mode in "" --prefix; do
+  dir="$TMP/fds$mode"
+  mkdir -p "$dir"
+  OUT="$dir" "$FDS" </dev/null
+  timeout 10 "$RUN" $mode -n 3 -x OUT="$dir" "$FDS" || fail "fd listing run exited $?"
+  want=$(tr '\n' ' ' <"$dir/fds.direct")
+  for r in 0 1 2; do
+    got=$(tr '\n' ' ' <"$dir/fds.$r")
+    [ "$got" = "$want" ] || fail "descriptors in rank $r ($mode): '$got', expected '$want'"
+  done
+done
+ok "no descriptor leaks into ranks (they see: $want)"
+
+done_testing

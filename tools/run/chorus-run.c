@@ -1,0 +1,854 @@
+/*
+ * chorus-run.c - the local launcher: starts N ranks of a program on this host with the
+ * environment that chorus_comm_init_env (and torchrun-style code) reads, relays their output
+ * (optionally prefixed with the rank), and tears the whole job down when a rank fails, when the
+ * job times out, or when chorus-run itself is signalled. Single-threaded: one poll() loop over
+ * a signalfd (SIGCHLD and the forwarded signals) and, with --prefix, the ranks' output pipes.
+ */
+#ifndef _GNU_SOURCE /* also set by CMake for the whole project */
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char** environ;
+
+#define PROG "chorus-run"
+#define MAX_RANKS 1024
+#define DEFAULT_GRACE_SEC 3.0
+/* Survivors of a failed rank usually notice within milliseconds (their connections close) and
+ * report the library's error; this lets them, and still ends a hung job within seconds. */
+#define DEFAULT_TERM_DELAY_SEC 2.0
+#define MAX_SECONDS 1e7               /* upper bound accepted for any SEC option */
+#define DRAIN_AFTER_EXIT_SEC 1.0      /* how long output pipes may outlive the ranks */
+#define LINE_CAP_BYTES (32 * 1024)    /* longer lines are relayed in pieces */
+#define PREFIX_MAX_BYTES 16           /* "[1023] " plus slack */
+#define SECRET_BYTES 16               /* 32 hex characters */
+#define EXIT_USAGE 2
+#define EXIT_TIMEOUT 124
+#define EXIT_CANNOT_EXEC 126
+#define EXIT_NOT_FOUND 127
+
+static const char kHelp[] =
+    "Usage: chorus-run [options] -n N prog [args...]\n"
+    "Start N ranks of `prog args...` on this host and wait for all of them.\n"
+    "\n"
+    "Options:\n"
+    "  -n N              number of ranks, 1..1024 (required)\n"
+    "  --prefix          prefix every output line of rank r with \"[r] \"; stdout stays stdout,\n"
+    "                    stderr stays stderr; a last line without a newline is completed with\n"
+    "                    one when the rank exits; lines longer than 32 KiB are relayed in pieces\n"
+    "  --timeout SEC     end the whole job after SEC seconds (SIGTERM, then SIGKILL after the\n"
+    "                    grace period) and exit with status 124\n"
+    "  --grace SEC       seconds between SIGTERM (or a forwarded signal) and SIGKILL (default 3)\n"
+    "  --term-delay SEC  when a rank fails, give the other ranks SEC seconds to end by\n"
+    "                    themselves (e.g. to report the error their communicator raised) before\n"
+    "                    they get SIGTERM (default 2; 0: at once)\n"
+    "  -x VAR=VAL        set VAR=VAL in every rank (repeatable; wins over every variable below)\n"
+    "  -h, --help        show this text\n"
+    "Options must come before prog; `--` ends them.\n"
+    "\n"
+    "Environment of rank r (r = 0..N-1, all ranks on this host):\n"
+    "  CHORUS_RANK=r CHORUS_SIZE=N CHORUS_LOCAL_RANK=r CHORUS_LOCAL_SIZE=N\n"
+    "  CHORUS_ADDR=127.0.0.1:PORT   free port for the bootstrap store that rank 0 serves\n"
+    "  CHORUS_SECRET=HEX            32 random hex characters, the same in every rank\n"
+    "  RANK=r WORLD_SIZE=N LOCAL_RANK=r LOCAL_WORLD_SIZE=N           (for PyTorch)\n"
+    "  MASTER_ADDR=127.0.0.1 MASTER_PORT=PORT2   (another free port)  (for PyTorch)\n"
+    "CHORUS_ADDR, CHORUS_SECRET, MASTER_ADDR and MASTER_PORT already set in chorus-run's\n"
+    "environment (or with -x) are passed unchanged. Every other variable is inherited.\n"
+    "\n"
+    "Processes and signals:\n"
+    "  Each rank runs in its own process group, so a Ctrl-C on the terminal reaches only\n"
+    "  chorus-run, which forwards it once to every rank. Ranks read stdin from /dev/null.\n"
+    "  Each rank gets SIGKILL if chorus-run dies (PR_SET_PDEATHSIG), so killing chorus-run,\n"
+    "  even with SIGKILL, leaves no rank behind. chorus-run signals only the ranks it started,\n"
+    "  not their own children. Ctrl-Z (SIGTSTP) stops chorus-run only, not the ranks.\n"
+    "  SIGINT, SIGTERM, SIGHUP: forwarded to every rank; ranks still running after the grace\n"
+    "  period get SIGKILL; a second such signal sends SIGKILL at once. chorus-run then dies of\n"
+    "  the first signal it received. Signals ignored when chorus-run starts stay ignored.\n"
+    "  When a rank exits non-zero or dies of a signal, chorus-run prints one line naming it,\n"
+    "  sends SIGTERM to the other ranks (after --term-delay), SIGKILL after the grace period.\n"
+    "\n"
+    "Exit status: 0 when every rank exited 0; else the first failed rank's exit status, or\n"
+    "128+signal if it was killed by a signal; 124 on --timeout; 2 on bad usage; 127 (126) when\n"
+    "prog cannot be found (executed); 1 on other launcher errors.\n";
+
+/* ---- options ---- */
+
+typedef struct {
+  int nranks;
+  int prefix;
+  double timeout_sec;    /* 0: no timeout */
+  double grace_sec;      /* between SIGTERM and SIGKILL */
+  double term_delay_sec; /* between a rank failure and SIGTERM to the others */
+  char** set_vars;       /* -x VAR=VAL, in command-line order */
+  int nset_vars;
+  char** prog_argv;      /* NULL-terminated, points into argv */
+} options_t;
+
+/* ---- job state ---- */
+
+typedef struct {
+  int fd;            /* read end of the rank's pipe; -1 once closed */
+  int out_fd;        /* where its lines go: STDOUT_FILENO or STDERR_FILENO */
+  char* buf;         /* pending bytes of an incomplete line, LINE_CAP_BYTES, lazily allocated */
+  size_t len;
+  int at_line_start; /* the next byte relayed starts a line and needs the prefix */
+} stream_t;
+
+typedef struct {
+  pid_t pid; /* 0 if never started */
+  int alive; /* started and not yet reaped: only such pids are ever signalled */
+  stream_t out, err;
+} rank_t;
+
+typedef enum { END_NONE, END_RANK_FAILED, END_TIMEOUT, END_SIGNAL, END_LAUNCH_FAILED } end_t;
+
+typedef struct {
+  options_t opt;
+  rank_t* ranks;
+  int nalive;
+  int sig_fd;
+  sigset_t orig_mask;            /* restored in each rank before exec */
+  struct sigaction orig_pipe_sa; /* SIGPIPE and SIGCHLD dispositions, likewise */
+  struct sigaction orig_chld_sa;
+  end_t end;          /* why the job is ending; the first cause wins */
+  int exit_code;      /* for END_RANK_FAILED, END_TIMEOUT, END_LAUNCH_FAILED */
+  int first_signal;   /* for END_SIGNAL: re-raised on exit */
+  int nsignals;       /* forwardable signals received */
+  double deadline;    /* --timeout, monotonic seconds; 0 = none */
+  double term_at;     /* pending SIGTERM after --term-delay; 0 = none */
+  double kill_at;     /* pending SIGKILL after the grace period; 0 = none */
+  double drain_until; /* set when the last rank is reaped */
+  int out_broken[3];  /* writing to fd 1/2 failed (e.g. EPIPE): discard further output */
+  char* scratch;      /* assembles prefixed lines for one write() */
+} job_t;
+
+/* ---- small helpers ---- */
+
+static double now_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char* fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  /* One write so that the line is not interleaved with relayed rank output. */
+  ssize_t ignored = write(STDERR_FILENO, line, (size_t)n);
+  (void)ignored;
+}
+
+static void usage_error(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void usage_error(const char* fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  say(PROG ": %s\nTry '" PROG " --help' for more information.", msg);
+  exit(EXIT_USAGE);
+}
+
+static int parse_int(const char* s, long lo, long hi, long* out) {
+  char* end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0' || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static double parse_seconds(const char* opt, const char* s, int allow_zero) {
+  char* end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end != '\0' || !isfinite(v) || v < 0 || v > MAX_SECONDS ||
+      (!allow_zero && v == 0))
+    usage_error("%s needs a number of seconds %s, got '%s'", opt,
+                allow_zero ? ">= 0" : "> 0", s);
+  return v;
+}
+
+static int write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* ---- command line ---- */
+
+static void add_set_var(options_t* o, char* assignment) {
+  const char* eq = strchr(assignment, '=');
+  if (!eq || eq == assignment) usage_error("-x needs VAR=VAL, got '%s'", assignment);
+  for (const char* c = assignment; c < eq; c++)
+    if (!(*c == '_' || (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+          (c > assignment && *c >= '0' && *c <= '9')))
+      usage_error("-x: '%.*s' is not a valid variable name", (int)(eq - assignment), assignment);
+  char** grown = realloc(o->set_vars, sizeof(char*) * (size_t)(o->nset_vars + 1));
+  if (!grown) usage_error("out of memory");
+  o->set_vars = grown;
+  o->set_vars[o->nset_vars++] = assignment;
+}
+
+static void parse_options(int argc, char** argv, options_t* o) {
+  enum { OPT_PREFIX = 256, OPT_TIMEOUT, OPT_GRACE, OPT_TERM_DELAY };
+  static const struct option longopts[] = {
+      {"prefix", no_argument, NULL, OPT_PREFIX},
+      {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"grace", required_argument, NULL, OPT_GRACE},
+      {"term-delay", required_argument, NULL, OPT_TERM_DELAY},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  memset(o, 0, sizeof *o);
+  o->grace_sec = DEFAULT_GRACE_SEC;
+  o->term_delay_sec = DEFAULT_TERM_DELAY_SEC;
+  opterr = 0; /* our own messages, without argv[0]'s path */
+  long n;
+  int c;
+  /* '+': stop at the first non-option, which is prog; its arguments are not ours. */
+  while ((c = getopt_long(argc, argv, "+:hn:x:", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'h': fputs(kHelp, stdout); exit(0);
+      case 'n':
+        if (parse_int(optarg, 1, MAX_RANKS, &n) != 0)
+          usage_error("-n needs a number of ranks in 1..%d, got '%s'", MAX_RANKS, optarg);
+        o->nranks = (int)n;
+        break;
+      case 'x': add_set_var(o, optarg); break;
+      case OPT_PREFIX: o->prefix = 1; break;
+      case OPT_TIMEOUT: o->timeout_sec = parse_seconds("--timeout", optarg, 0); break;
+      case OPT_GRACE: o->grace_sec = parse_seconds("--grace", optarg, 1); break;
+      case OPT_TERM_DELAY: o->term_delay_sec = parse_seconds("--term-delay", optarg, 1); break;
+      case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
+      default:
+        if (optopt && optopt < 256) usage_error("unknown option '-%c'", optopt);
+        usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (o->nranks == 0) usage_error("the number of ranks (-n N) is required");
+  if (optind >= argc) usage_error("no program given");
+  o->prog_argv = argv + optind;
+}
+
+/* ---- environment of the ranks ---- */
+
+/* Names chorus-run always sets per rank or per job; the user's own values are dropped. */
+static const char* const kRankVars[] = {"CHORUS_RANK", "CHORUS_SIZE", "CHORUS_LOCAL_RANK",
+                                        "CHORUS_LOCAL_SIZE", "RANK", "WORLD_SIZE",
+                                        "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+/* Names chorus-run sets only when the user has not: the user's value wins. */
+static const char* const kDefaultVars[] = {"CHORUS_ADDR", "CHORUS_SECRET", "MASTER_ADDR",
+                                           "MASTER_PORT"};
+#define NRANK_VARS (sizeof kRankVars / sizeof kRankVars[0])
+#define NDEFAULT_VARS (sizeof kDefaultVars / sizeof kDefaultVars[0])
+#define VAR_BYTES 64 /* "LOCAL_WORLD_SIZE=1024", "CHORUS_ADDR=127.0.0.1:65535", ... */
+
+typedef struct {
+  char** envp;                         /* NULL-terminated, handed to execvpe */
+  char rank_vars[NRANK_VARS][VAR_BYTES]; /* rewritten before each fork */
+  char default_vars[NDEFAULT_VARS][VAR_BYTES];
+} rank_env_t;
+
+static int name_matches(const char* assignment, const char* name) {
+  size_t n = strlen(name);
+  return strncmp(assignment, name, n) == 0 && assignment[n] == '=';
+}
+
+static int set_by_x(const options_t* o, const char* name) {
+  for (int i = 0; i < o->nset_vars; i++)
+    if (name_matches(o->set_vars[i], name)) return 1;
+  return 0;
+}
+
+static int user_has(const options_t* o, const char* name) {
+  return getenv(name) != NULL || set_by_x(o, name);
+}
+
+/* An environment entry is dropped if chorus-run or -x provides that name itself. */
+static int env_entry_replaced(const options_t* o, const char* entry, const int* defaults_set) {
+  for (size_t i = 0; i < NRANK_VARS; i++)
+    if (name_matches(entry, kRankVars[i])) return 1;
+  for (size_t i = 0; i < NDEFAULT_VARS; i++)
+    if (defaults_set[i] && name_matches(entry, kDefaultVars[i])) return 1;
+  const char* eq = strchr(entry, '=');
+  if (!eq) return 0;
+  char name[256];
+  size_t n = (size_t)(eq - entry);
+  if (n >= sizeof name) return 0;
+  memcpy(name, entry, n);
+  name[n] = '\0';
+  return set_by_x(o, name);
+}
+
+/* A port on 127.0.0.1 that is free now, found by binding port 0. The socket stays open (the
+ * caller closes it) so that a second call cannot return the same port. */
+static int find_free_port(int* sock_out) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (bind(s, (struct sockaddr*)&a, sizeof a) != 0 ||
+      getsockname(s, (struct sockaddr*)&a, &len) != 0) {
+    close(s);
+    return -1;
+  }
+  *sock_out = s;
+  return ntohs(a.sin_port);
+}
+
+static int random_hex(char* out, size_t nbytes) {
+  unsigned char raw[SECRET_BYTES];
+  if (nbytes > sizeof raw) return -1;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t got = read(fd, raw, nbytes);
+  close(fd);
+  if (got != (ssize_t)nbytes) return -1;
+  for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", raw[i]);
+  return 0;
+}
+
+/* Fills default_vars[i] for each default the user did not set; defaults_set[i] says which. */
+static int make_default_vars(const options_t* o, rank_env_t* env, int* defaults_set) {
+  for (size_t i = 0; i < NDEFAULT_VARS; i++) defaults_set[i] = !user_has(o, kDefaultVars[i]);
+  char hex[2 * SECRET_BYTES + 1];
+  if (defaults_set[1] && random_hex(hex, SECRET_BYTES) != 0) {
+    say(PROG ": cannot read /dev/urandom for CHORUS_SECRET: %s", strerror(errno));
+    return -1;
+  }
+  int socks[2] = {-1, -1};
+  int store_port = defaults_set[0] ? find_free_port(&socks[0]) : 0;
+  int master_port = defaults_set[3] ? find_free_port(&socks[1]) : 0;
+  int port_errno = errno;
+  for (int i = 0; i < 2; i++)
+    if (socks[i] >= 0) close(socks[i]);
+  if (store_port < 0 || master_port < 0) {
+    say(PROG ": cannot find a free port on 127.0.0.1: %s", strerror(port_errno));
+    return -1;
+  }
+  snprintf(env->default_vars[0], VAR_BYTES, "CHORUS_ADDR=127.0.0.1:%d", store_port);
+  snprintf(env->default_vars[1], VAR_BYTES, "CHORUS_SECRET=%s", defaults_set[1] ? hex : "");
+  snprintf(env->default_vars[2], VAR_BYTES, "MASTER_ADDR=127.0.0.1");
+  snprintf(env->default_vars[3], VAR_BYTES, "MASTER_PORT=%d", master_port);
+  return 0;
+}
+
+/* Builds inherited environment (minus replaced names) + chorus-run's variables + -x ones. */
+static int make_rank_env(const options_t* o, rank_env_t* env) {
+  int defaults_set[NDEFAULT_VARS];
+  if (make_default_vars(o, env, defaults_set) != 0) return -1;
+  size_t ninherited = 0;
+  while (environ[ninherited]) ninherited++;
+  size_t cap = ninherited + NRANK_VARS + NDEFAULT_VARS + (size_t)o->nset_vars + 1, n = 0;
+  env->envp = calloc(cap, sizeof(char*));
+  if (!env->envp) return -1;
+  for (size_t i = 0; i < ninherited; i++)
+    if (!env_entry_replaced(o, environ[i], defaults_set)) env->envp[n++] = environ[i];
+  for (size_t i = 0; i < NRANK_VARS; i++)
+    if (!set_by_x(o, kRankVars[i])) env->envp[n++] = env->rank_vars[i];
+  for (size_t i = 0; i < NDEFAULT_VARS; i++)
+    if (defaults_set[i]) env->envp[n++] = env->default_vars[i];
+  for (int i = 0; i < o->nset_vars; i++) {
+    const char* eq = strchr(o->set_vars[i], '=');
+    int later_wins = 0; /* -x A=1 -x A=2: the last one counts */
+    for (int j = i + 1; j < o->nset_vars; j++)
+      if (strncmp(o->set_vars[j], o->set_vars[i], (size_t)(eq - o->set_vars[i]) + 1) == 0)
+        later_wins = 1;
+    if (!later_wins) env->envp[n++] = o->set_vars[i];
+  }
+  env->envp[n] = NULL;
+  return 0;
+}
+
+static void set_rank_vars(rank_env_t* env, int rank, int nranks) {
+  const int values[NRANK_VARS] = {rank, nranks, rank, nranks, rank, nranks, rank, nranks};
+  for (size_t i = 0; i < NRANK_VARS; i++)
+    snprintf(env->rank_vars[i], VAR_BYTES, "%s=%d", kRankVars[i], values[i]);
+}
+
+/* ---- signals ---- */
+
+static const int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
+
+static int is_ignored(int sig) {
+  struct sigaction sa;
+  return sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
+}
+
+/* Blocks SIGCHLD and the forwarded signals (unless ignored at start) and reads them from a
+ * signalfd, so that poll() is the only place chorus-run waits. */
+static int setup_signals(job_t* job) {
+  struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN};
+  sigaction(SIGCHLD, &dfl, &job->orig_chld_sa); /* SIG_IGN would reap the ranks for us */
+  sigaction(SIGPIPE, &ign, &job->orig_pipe_sa); /* a closed stdout must not kill the job */
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  for (size_t i = 0; i < sizeof kForwarded / sizeof kForwarded[0]; i++)
+    if (!is_ignored(kForwarded[i])) sigaddset(&mask, kForwarded[i]);
+  if (sigprocmask(SIG_BLOCK, &mask, &job->orig_mask) != 0) return -1;
+  job->sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  return job->sig_fd < 0 ? -1 : 0;
+}
+
+static void signal_alive_ranks(job_t* job, int sig) {
+  for (int r = 0; r < job->opt.nranks; r++)
+    if (job->ranks[r].alive) kill(job->ranks[r].pid, sig);
+}
+
+/* SIGTERM now, SIGKILL after the grace period unless everything is gone by then. */
+static void terminate_ranks(job_t* job, int sig) {
+  signal_alive_ranks(job, sig);
+  job->term_at = 0;
+  if (job->kill_at == 0) job->kill_at = now_sec() + job->opt.grace_sec;
+}
+
+static void kill_ranks_now(job_t* job) {
+  signal_alive_ranks(job, SIGKILL);
+  job->term_at = 0;
+  job->kill_at = 0;
+}
+
+/* ---- launching ---- */
+
+/* Runs in the child between fork and exec. chorus-run has a single thread, so this is safe
+ * even though execvpe may allocate while searching PATH. Never returns. */
+static void exec_rank(const job_t* job, const rank_env_t* env, pid_t parent, int status_wr,
+                      int out_wr, int err_wr) {
+  setpgid(0, 0); /* see the help text: terminal signals reach chorus-run only */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(EXIT_CANNOT_EXEC);
+  sigaction(SIGPIPE, &job->orig_pipe_sa, NULL);
+  sigaction(SIGCHLD, &job->orig_chld_sa, NULL);
+  sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0 && devnull != STDIN_FILENO) {
+    dup2(devnull, STDIN_FILENO);
+    close(devnull);
+  }
+  if (out_wr >= 0) dup2(out_wr, STDOUT_FILENO); /* dup2 clears O_CLOEXEC on the copy */
+  if (err_wr >= 0) dup2(err_wr, STDERR_FILENO);
+  execvpe(job->opt.prog_argv[0], job->opt.prog_argv, env->envp);
+  int err = errno;
+  ssize_t ignored = write(status_wr, &err, sizeof err);
+  (void)ignored;
+  _exit(err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
+}
+
+static void init_stream(stream_t* s, int fd, int out_fd) {
+  s->fd = fd;
+  s->out_fd = out_fd;
+  s->buf = NULL;
+  s->len = 0;
+  s->at_line_start = 1;
+}
+
+/* Waits until the child has exec'd (the CLOEXEC pipe closes) or reports why it could not. */
+static int wait_for_exec(int status_rd) {
+  int err = 0;
+  ssize_t got;
+  do got = read(status_rd, &err, sizeof err);
+  while (got < 0 && errno == EINTR);
+  return got == (ssize_t)sizeof err ? err : 0;
+}
+
+static void close_pair(int p[2]) {
+  for (int i = 0; i < 2; i++)
+    if (p[i] >= 0) close(p[i]);
+}
+
+/* Starts rank r. Returns 0, or an exit code for chorus-run after printing why. */
+static int launch_rank(job_t* job, rank_env_t* env, int r) {
+  int status_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  if (pipe2(status_pipe, O_CLOEXEC) != 0 ||
+      (job->opt.prefix && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))) {
+    say(PROG ": cannot start rank %d: pipe: %s", r, strerror(errno));
+    close_pair(status_pipe), close_pair(out_pipe), close_pair(err_pipe);
+    return 1;
+  }
+  set_rank_vars(env, r, job->opt.nranks);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) exec_rank(job, env, parent, status_pipe[1], out_pipe[1], err_pipe[1]);
+  int fork_errno = errno;
+  close(status_pipe[1]);
+  if (job->opt.prefix) close(out_pipe[1]), close(err_pipe[1]);
+  if (pid < 0) {
+    say(PROG ": cannot start rank %d: fork: %s", r, strerror(fork_errno));
+    close(status_pipe[0]), close_pair(out_pipe), close_pair(err_pipe);
+    return 1;
+  }
+  setpgid(pid, pid); /* also done by the child; whichever runs first wins the race */
+  rank_t* rk = &job->ranks[r];
+  rk->pid = pid;
+  rk->alive = 1;
+  job->nalive++;
+  init_stream(&rk->out, out_pipe[0], STDOUT_FILENO);
+  init_stream(&rk->err, err_pipe[0], STDERR_FILENO);
+  if (job->opt.prefix) /* the loop reads them only as far as they hold data */
+    fcntl(out_pipe[0], F_SETFL, O_NONBLOCK), fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+  int exec_errno = wait_for_exec(status_pipe[0]);
+  close(status_pipe[0]);
+  if (exec_errno == 0) return 0;
+  say(PROG ": cannot execute '%s': %s", job->opt.prog_argv[0], strerror(exec_errno));
+  return exec_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+}
+
+static void launch_all(job_t* job, rank_env_t* env) {
+  for (int r = 0; r < job->opt.nranks; r++) {
+    int rc = launch_rank(job, env, r);
+    if (rc != 0) {
+      job->end = END_LAUNCH_FAILED;
+      job->exit_code = rc;
+      terminate_ranks(job, SIGTERM);
+      return;
+    }
+  }
+}
+
+/* ---- output relay (--prefix) ---- */
+
+static void emit(job_t* job, int out_fd, const char* p, size_t n) {
+  if (n == 0 || job->out_broken[out_fd]) return;
+  if (write_all(out_fd, p, n) != 0) job->out_broken[out_fd] = 1;
+}
+
+/* Relays every complete line in s->buf, prefixed; keeps the incomplete tail. At EOF, or when
+ * the tail fills the buffer, relays the tail too (at EOF completed with a newline). */
+static void relay_lines(job_t* job, int rank, stream_t* s, int at_eof) {
+  char prefix[PREFIX_MAX_BYTES];
+  size_t prefix_len = (size_t)snprintf(prefix, sizeof prefix, "[%d] ", rank);
+  char* out = job->scratch;
+  size_t out_len = 0, start = 0;
+  for (size_t i = 0; i < s->len; i++) {
+    if (s->buf[i] != '\n') continue;
+    if (s->at_line_start) memcpy(out + out_len, prefix, prefix_len), out_len += prefix_len;
+    memcpy(out + out_len, s->buf + start, i + 1 - start);
+    out_len += i + 1 - start;
+    start = i + 1;
+    s->at_line_start = 1;
+  }
+  size_t tail = s->len - start;
+  if (tail > 0 && (at_eof || s->len == LINE_CAP_BYTES)) {
+    if (s->at_line_start) memcpy(out + out_len, prefix, prefix_len), out_len += prefix_len;
+    memcpy(out + out_len, s->buf + start, tail);
+    out_len += tail;
+    start = s->len;
+    s->at_line_start = 0;
+  }
+  if (at_eof && !s->at_line_start) out[out_len++] = '\n', s->at_line_start = 1;
+  emit(job, s->out_fd, out, out_len);
+  memmove(s->buf, s->buf + start, s->len - start);
+  s->len -= start;
+}
+
+static void close_stream(job_t* job, int rank, stream_t* s) {
+  if (s->buf) relay_lines(job, rank, s, 1);
+  free(s->buf);
+  s->buf = NULL;
+  close(s->fd);
+  s->fd = -1;
+}
+
+typedef enum { READ_EMPTY, READ_MORE, READ_EOF } read_result_t;
+
+/* Reads what the pipe holds now, never blocking and at most a few buffers, so that one
+ * chatty rank cannot starve the others. READ_MORE: there may be more to read at once. */
+static read_result_t read_stream(job_t* job, int rank, stream_t* s) {
+  for (int round = 0; round < 8; round++) {
+    if (!s->buf && !(s->buf = malloc(LINE_CAP_BYTES))) {
+      say(PROG ": out of memory: dropping the output of rank %d", rank);
+      close_stream(job, rank, s);
+      return READ_EOF;
+    }
+    ssize_t got = read(s->fd, s->buf + s->len, LINE_CAP_BYTES - s->len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno == EAGAIN) return READ_EMPTY;
+    if (got <= 0) {
+      close_stream(job, rank, s);
+      return READ_EOF;
+    }
+    s->len += (size_t)got;
+    relay_lines(job, rank, s, 0);
+  }
+  return READ_MORE;
+}
+
+/* Relays what a rank wrote before it exited, so that its last lines come before the line
+ * that reports its end. Bounded, in case a child of the rank keeps writing to the pipe. */
+static void drain_rank(job_t* job, int r) {
+  stream_t* streams[2] = {&job->ranks[r].out, &job->ranks[r].err};
+  for (int i = 0; i < 2; i++)
+    for (int batch = 0; batch < 16 && streams[i]->fd >= 0; batch++)
+      if (read_stream(job, r, streams[i]) != READ_MORE) break;
+}
+
+/* ---- reaping and failure handling ---- */
+
+static void report_failure(int r, pid_t pid, int status, int* code) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    say(PROG ": rank %d (pid %d) killed by signal %d (%s)", r, (int)pid, sig, strsignal(sig));
+    *code = 128 + sig;
+  } else {
+    say(PROG ": rank %d (pid %d) exited with status %d", r, (int)pid, WEXITSTATUS(status));
+    *code = WEXITSTATUS(status);
+  }
+}
+
+static void on_rank_end(job_t* job, int r, int status) {
+  rank_t* rk = &job->ranks[r];
+  rk->alive = 0;
+  job->nalive--;
+  if (job->opt.prefix) drain_rank(job, r);
+  int failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (!failed || job->end != END_NONE) return; /* only the first cause is reported */
+  job->end = END_RANK_FAILED;
+  report_failure(r, rk->pid, status, &job->exit_code);
+  if (job->opt.term_delay_sec > 0)
+    job->term_at = now_sec() + job->opt.term_delay_sec;
+  else
+    terminate_ranks(job, SIGTERM);
+}
+
+static int rank_of_pid(const job_t* job, pid_t pid) {
+  for (int r = 0; r < job->opt.nranks; r++)
+    if (job->ranks[r].alive && job->ranks[r].pid == pid) return r;
+  return -1;
+}
+
+static void reap_children(job_t* job) {
+  int status;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    int r = rank_of_pid(job, pid);
+    if (r >= 0) on_rank_end(job, r, status);
+  }
+  if (job->nalive == 0 && job->drain_until == 0) job->drain_until = now_sec() + DRAIN_AFTER_EXIT_SEC;
+}
+
+static void on_forwarded_signal(job_t* job, int sig) {
+  job->nsignals++;
+  if (job->end == END_NONE) {
+    job->end = END_SIGNAL;
+    job->first_signal = sig;
+  }
+  if (job->nsignals == 1) {
+    terminate_ranks(job, sig);
+  } else {
+    say(PROG ": second signal (%s): sending SIGKILL to %d ranks", strsignal(sig), job->nalive);
+    kill_ranks_now(job);
+  }
+}
+
+static void read_signals(job_t* job) {
+  struct signalfd_siginfo si;
+  while (read(job->sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
+    if ((int)si.ssi_signo == SIGCHLD)
+      reap_children(job);
+    else
+      on_forwarded_signal(job, (int)si.ssi_signo);
+  }
+  reap_children(job); /* SIGCHLDs coalesce: always sweep */
+}
+
+/* ---- timers ---- */
+
+static void check_timers(job_t* job) {
+  double now = now_sec();
+  if (job->deadline && now >= job->deadline && job->nalive > 0) {
+    job->deadline = 0;
+    if (job->end == END_NONE) {
+      say(PROG ": timeout: job still running after %g s; terminating %d ranks",
+          job->opt.timeout_sec, job->nalive);
+      job->end = END_TIMEOUT;
+      job->exit_code = EXIT_TIMEOUT;
+      terminate_ranks(job, SIGTERM);
+    } else if (job->term_at) { /* a rank failed and the others had until now anyway */
+      terminate_ranks(job, SIGTERM);
+    }
+  }
+  if (job->term_at && now >= job->term_at) terminate_ranks(job, SIGTERM);
+  if (job->kill_at && now >= job->kill_at) {
+    job->kill_at = 0;
+    if (job->nalive > 0) {
+      say(PROG ": %d ranks still running %g s after being asked to stop; sending SIGKILL",
+          job->nalive, job->opt.grace_sec);
+      kill_ranks_now(job);
+    }
+  }
+}
+
+/* Milliseconds until the nearest timer (rounded up), or -1 for none. */
+static int poll_timeout_ms(const job_t* job) {
+  double timers[4] = {job->deadline, job->term_at, job->kill_at,
+                      job->nalive == 0 ? job->drain_until : 0};
+  double nearest = 0, now = now_sec();
+  for (int i = 0; i < 4; i++)
+    if (timers[i] && (nearest == 0 || timers[i] < nearest)) nearest = timers[i];
+  if (nearest == 0) return -1;
+  double wait_ms = ceil((nearest - now) * 1e3);
+  return wait_ms <= 0 ? 0 : wait_ms > INT_MAX ? INT_MAX : (int)wait_ms;
+}
+
+/* ---- the loop ---- */
+
+static int streams_open(const job_t* job) {
+  for (int r = 0; r < job->opt.nranks; r++)
+    if (job->ranks[r].out.fd >= 0 || job->ranks[r].err.fd >= 0) return 1;
+  return 0;
+}
+
+static void close_all_streams(job_t* job) {
+  for (int r = 0; r < job->opt.nranks; r++) {
+    if (job->ranks[r].out.fd >= 0) close_stream(job, r, &job->ranks[r].out);
+    if (job->ranks[r].err.fd >= 0) close_stream(job, r, &job->ranks[r].err);
+  }
+}
+
+typedef struct {
+  struct pollfd* fds; /* [0] is the signalfd, then one per open stream */
+  stream_t** streams;
+  int* stream_rank;
+} poll_set_t;
+
+static int alloc_poll_set(poll_set_t* ps, int nranks) {
+  size_t cap = 1 + 2 * (size_t)nranks;
+  ps->fds = calloc(cap, sizeof *ps->fds);
+  ps->streams = calloc(cap, sizeof *ps->streams);
+  ps->stream_rank = calloc(cap, sizeof *ps->stream_rank);
+  return ps->fds && ps->streams && ps->stream_rank ? 0 : -1;
+}
+
+static void free_poll_set(poll_set_t* ps) {
+  free(ps->fds), free(ps->streams), free(ps->stream_rank);
+}
+
+static nfds_t fill_poll_set(const job_t* job, poll_set_t* ps) {
+  nfds_t n = 0;
+  ps->fds[n++] = (struct pollfd){.fd = job->sig_fd, .events = POLLIN};
+  for (int r = 0; r < job->opt.nranks; r++) {
+    stream_t* st[2] = {&job->ranks[r].out, &job->ranks[r].err};
+    for (int i = 0; i < 2; i++) {
+      if (st[i]->fd < 0) continue;
+      ps->streams[n] = st[i];
+      ps->stream_rank[n] = r;
+      ps->fds[n++] = (struct pollfd){.fd = st[i]->fd, .events = POLLIN};
+    }
+  }
+  return n;
+}
+
+/* Last resort if poll() itself fails: no rank may outlive chorus-run unreaped. */
+static void kill_and_reap_all(job_t* job) {
+  say(PROG ": poll: %s; killing %d ranks", strerror(errno), job->nalive);
+  kill_ranks_now(job);
+  for (int r = 0; r < job->opt.nranks; r++) {
+    int status;
+    if (!job->ranks[r].alive) continue;
+    while (waitpid(job->ranks[r].pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    on_rank_end(job, r, status);
+  }
+}
+
+static void run_loop(job_t* job, poll_set_t* ps) {
+  reap_children(job);
+  while (job->nalive > 0 || (streams_open(job) && now_sec() < job->drain_until)) {
+    nfds_t n = fill_poll_set(job, ps);
+    int ready = poll(ps->fds, n, poll_timeout_ms(job));
+    if (ready < 0 && errno != EINTR) {
+      kill_and_reap_all(job);
+      break;
+    }
+    for (nfds_t i = 1; ready > 0 && i < n; i++)
+      if (ps->fds[i].revents) read_stream(job, ps->stream_rank[i], ps->streams[i]);
+    read_signals(job);
+    check_timers(job);
+  }
+  close_all_streams(job);
+}
+
+/* ---- exit ---- */
+
+static int finish(job_t* job) {
+  switch (job->end) {
+    case END_NONE: return 0;
+    case END_SIGNAL: {
+      /* Die of the same signal, so that a calling shell sees an interrupted job. */
+      struct sigaction dfl = {.sa_handler = SIG_DFL};
+      sigaction(job->first_signal, &dfl, NULL);
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, job->first_signal);
+      sigprocmask(SIG_UNBLOCK, &one, NULL);
+      raise(job->first_signal);
+      return 128 + job->first_signal;
+    }
+    default: return job->exit_code;
+  }
+}
+
+int main(int argc, char** argv) {
+  job_t job;
+  memset(&job, 0, sizeof job);
+  parse_options(argc, argv, &job.opt);
+  rank_env_t env;
+  memset(&env, 0, sizeof env);
+  job.ranks = calloc((size_t)job.opt.nranks, sizeof *job.ranks);
+  job.scratch = malloc(LINE_CAP_BYTES * (PREFIX_MAX_BYTES + 1) + 2);
+  poll_set_t ps;
+  if (!job.ranks || !job.scratch || alloc_poll_set(&ps, job.opt.nranks) != 0) {
+    say(PROG ": out of memory");
+    return 1;
+  }
+  for (int r = 0; r < job.opt.nranks; r++) {
+    init_stream(&job.ranks[r].out, -1, STDOUT_FILENO);
+    init_stream(&job.ranks[r].err, -1, STDERR_FILENO);
+  }
+  if (make_rank_env(&job.opt, &env) != 0) return 1;
+  if (setup_signals(&job) != 0) {
+    say(PROG ": cannot set up signal handling: %s", strerror(errno));
+    return 1;
+  }
+  if (job.opt.timeout_sec > 0) job.deadline = now_sec() + job.opt.timeout_sec;
+  launch_all(&job, &env);
+  run_loop(&job, &ps);
+  free_poll_set(&ps);
+  free(env.envp);
+  free(job.ranks);
+  free(job.scratch);
+  free(job.opt.set_vars);
+  close(job.sig_fd);
+  return finish(&job);
+}
