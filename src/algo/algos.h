@@ -20,5 +20,11 @@ extern const chorus_algo_t chorus__algo_linear_scatter;
 extern const chorus_algo_t chorus__algo_direct_send;
 extern const chorus_algo_t chorus__algo_direct_recv;
 extern const chorus_algo_t chorus__algo_direct_sendrecv;
+extern const chorus_algo_t chorus__algo_shm_allreduce;
+extern const chorus_algo_t chorus__algo_shm_reduce_scatter;
+extern const chorus_algo_t chorus__algo_shm_allgather;
+extern const chorus_algo_t chorus__algo_shm_broadcast;
+extern const chorus_algo_t chorus__algo_shm_reduce;
+extern const chorus_algo_t chorus__algo_shm_barrier;
 
 #endif /* CHORUS_ALGOS_H */

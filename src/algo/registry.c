@@ -14,6 +14,10 @@ const chorus_algo_t* const chorus__algos[] = {
     &chorus__algo_linear_gather,         &chorus__algo_linear_scatter,
     &chorus__algo_dissemination_barrier, &chorus__algo_direct_send,
     &chorus__algo_direct_recv,           &chorus__algo_direct_sendrecv,
+    /* Same-host memory semantics: chosen by cost when every rank shares one host. */
+    &chorus__algo_shm_allreduce,         &chorus__algo_shm_reduce_scatter,
+    &chorus__algo_shm_allgather,         &chorus__algo_shm_broadcast,
+    &chorus__algo_shm_reduce,            &chorus__algo_shm_barrier,
 };
 
 const size_t chorus__nalgos = sizeof(chorus__algos) / sizeof(chorus__algos[0]);

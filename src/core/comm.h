@@ -38,6 +38,7 @@ struct chorus_comm {
   size_t chunk_bytes;
   int shm_enabled;
   size_t shm_ring_bytes;
+  size_t shm_slot_bytes;
   char algo_spec[256];                        /* CHORUS_ALGO as given */
   const chorus_algo_t* forced[CH_COLL_COUNT]; /* resolved per collective */
   char forced_name[CH_COLL_COUNT][32];        /* a forced name with no entry: error at call */

@@ -90,7 +90,7 @@ static int progress_pass(chorus_comm_t* comm) {
   int moved = 0;
   comm->tp.err[0] = '\0';
   chorus_status_t st = chorus__transport_progress(&comm->tp, &moved);
-  if (st < 0) {
+  if (st < 0 && comm->head) {
     fail_task_error(comm, comm->head, st);
     return 1;
   }
@@ -101,8 +101,14 @@ static int progress_pass(chorus_comm_t* comm) {
     if (!t->start_ns) {
       t->start_ns = now;
       comm->last_activity_ns = now;
+      chorus__conn_publish_signature(t);
     }
+    int phase_before = t->phase;
+    size_t step_before = t->step;
     st = t->algo->progress(t);
+    /* Memory-semantics algorithms advance without moving transport bytes: their phase or step
+     * moving is activity too, for the timeout. */
+    if (t->phase != phase_before || t->step != step_before) comm->last_activity_ns = now;
     if (st == CHORUS_INPROGRESS) break;
     if (st < 0) {
       fail_task_error(comm, t, st);

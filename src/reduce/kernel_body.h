@@ -36,42 +36,37 @@
 _Static_assert(CHORUS_DTYPE_COUNT == 10 && CHORUS_OP_COUNT == 5,
                "a dtype or op was added to chorus.h: extend the tables in kernel_body.h");
 
+/* "No loop-carried dependence": gcc's ivdep; clang's equivalent. */
+#if defined(__clang__)
+#define KERNEL_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define KERNEL_IVDEP _Pragma("GCC ivdep")
+#endif
+
 /* Elements per block: 256 bytes, a multiple of every vector width (up to 4 zmm registers),
  * and a 32-byte step for the remainder so that short tails still use one vector. */
 #define KERNEL_BLOCK_BYTES 256
 #define KERNEL_STEP_BYTES 32
 
 /* Types reduced natively: (dtype, C type, type in which sum/prod wrap). */
-#define KERNEL_NATIVE_TYPES(XX) \
-  XX(INT8, int8_t, uint8_t)     \
-  XX(UINT8, uint8_t, uint8_t)   \
-  XX(INT32, int32_t, uint32_t)  \
+#define KERNEL_NATIVE_TYPES(XX)  \
+  XX(INT8, int8_t, uint8_t)      \
+  XX(UINT8, uint8_t, uint8_t)    \
+  XX(INT32, int32_t, uint32_t)   \
   XX(UINT32, uint32_t, uint32_t) \
-  XX(INT64, int64_t, uint64_t)  \
+  XX(INT64, int64_t, uint64_t)   \
   XX(UINT64, uint64_t, uint64_t) \
-  XX(FLOAT32, float, float)     \
+  XX(FLOAT32, float, float)      \
   XX(FLOAT64, double, double)
 
-/* Integer types for avg_finish: (dtype, C type, 64-bit type the division is done in). */
-#define KERNEL_INT_TYPES(XX)    \
-  XX(INT8, int8_t, int64_t)     \
-  XX(UINT8, uint8_t, uint64_t)  \
-  XX(INT32, int32_t, int64_t)   \
-  XX(UINT32, uint32_t, uint64_t) \
-  XX(INT64, int64_t, int64_t)   \
-  XX(UINT64, uint64_t, uint64_t)
-
-#define KERNEL_FLOAT_TYPES(XX) \
-  XX(FLOAT32, float)           \
-  XX(FLOAT64, double)
-
 /* 16-bit float types, reduced in float32: (dtype, widen, narrow). */
-#define KERNEL_HALF_TYPES(XX)                              \
-  XX(FLOAT16, chorus__h2f_inline, chorus__f2h_inline)      \
+#define KERNEL_HALF_TYPES(XX)                         \
+  XX(FLOAT16, chorus__h2f_inline, chorus__f2h_inline) \
   XX(BFLOAT16, chorus__b2f_inline, chorus__f2b_inline)
 
-/* The ops with their own kernel (AVG reduces as SUM); DT is passed through to XX. */
-#define KERNEL_OPS(XX, DT) XX(DT, SUM) XX(DT, PROD) XX(DT, MAX) XX(DT, MIN)
+/* The ops with their own kernel (AVG reduces as SUM); the other arguments pass through. */
+#define KERNEL_OPS(XX, ...) \
+  XX(SUM, __VA_ARGS__) XX(PROD, __VA_ARGS__) XX(MAX, __VA_ARGS__) XX(MIN, __VA_ARGS__)
 
 /* The element operation on x and y of type T, sum/prod wrapping in W. */
 #define KERNEL_OP_SUM(T, W, x, y) ((T)((W)(x) + (W)(y)))
@@ -79,64 +74,60 @@ _Static_assert(CHORUS_DTYPE_COUNT == 10 && CHORUS_OP_COUNT == 5,
 #define KERNEL_OP_MAX(T, W, x, y) ((x) > (y) ? (x) : (y))
 #define KERNEL_OP_MIN(T, W, x, y) ((x) < (y) ? (x) : (y))
 
-/* ---- native types: one loop, in blocks ---- */
+/* ---- the kernel shape shared by every dtype ---- */
 
-/* `len` elements; inlined with a constant len for the blocks, so it vectorises. */
-#define KERNEL_NATIVE_RUN(DT, T, W, OP)                                                        \
-  static inline __attribute__((always_inline)) void run_##DT##_##OP(T* dst, const T* a,       \
-                                                                    const T* b, size_t len) {  \
-    _Pragma("GCC ivdep") for (size_t j = 0; j < len; j++) {                                    \
-      T x = a[j];                                                                              \
-      T y = b[j];                                                                              \
-      dst[j] = KERNEL_OP_##OP(T, W, x, y);                                                     \
-    }                                                                                          \
+/* dst = a op b over all count elements: first the hand-written vector loop, if the dtype has
+ * one (float16 with F16C), then whole blocks, then 32-byte steps, then the last elements.
+ * run_<DT>_<OP> is inlined with a constant length in the first two loops, so it vectorises. */
+#define KERNEL_BLOCKED(OP, DT, T)                                                             \
+  static void kernel_##DT##_##OP(void* dst_v, const void* a_v, const void* b_v,               \
+                                 size_t count) {                                              \
+    T* dst = dst_v;                                                                           \
+    const T* a = a_v;                                                                         \
+    const T* b = b_v;                                                                         \
+    enum { BLOCK = KERNEL_BLOCK_BYTES / sizeof(T), STEP = KERNEL_STEP_BYTES / sizeof(T) };    \
+    size_t i = kernel_vector_##DT##_##OP(dst, a, b, count);                                   \
+    for (; count - i >= BLOCK; i += BLOCK) run_##DT##_##OP(dst + i, a + i, b + i, BLOCK);    \
+    for (; count - i >= STEP; i += STEP) run_##DT##_##OP(dst + i, a + i, b + i, STEP);       \
+    run_##DT##_##OP(dst + i, a + i, b + i, count - i);                                        \
   }
 
-/* The kernel: whole blocks, then 32-byte steps, then the last few elements. */
-#define KERNEL_BLOCKED(DT, T, OP)                                                              \
-  static void kernel_##DT##_##OP(void* dst_v, const void* a_v, const void* b_v, size_t count) { \
-    T* dst = dst_v;                                                                            \
-    const T* a = a_v;                                                                          \
-    const T* b = b_v;                                                                          \
-    enum { BLOCK = KERNEL_BLOCK_BYTES / sizeof(T), STEP = KERNEL_STEP_BYTES / sizeof(T) };     \
-    size_t i = kernel_vector_##DT##_##OP(dst, a, b, count);                                    \
-    for (; count - i >= BLOCK; i += BLOCK) run_##DT##_##OP(dst + i, a + i, b + i, BLOCK);     \
-    for (; count - i >= STEP; i += STEP) run_##DT##_##OP(dst + i, a + i, b + i, STEP);        \
-    run_##DT##_##OP(dst + i, a + i, b + i, count - i);                                         \
+/* For dtypes without a hand-written vector loop: it does nothing. */
+#define KERNEL_NO_VECTOR(OP, DT, T)                                                          \
+  static inline size_t kernel_vector_##DT##_##OP(T* dst, const T* a, const T* b, size_t n) { \
+    (void)dst, (void)a, (void)b, (void)n;                                                    \
+    return 0;                                                                                \
   }
 
-/* Native types have no hand-written vector loop: the blocks are the vector loop. */
-#define KERNEL_NO_VECTOR(DT, T, OP)                                                            \
-  static inline size_t kernel_vector_##DT##_##OP(T* dst, const T* a, const T* b, size_t n) {  \
-    (void)dst, (void)a, (void)b, (void)n;                                                      \
-    return 0;                                                                                  \
+/* ---- native types ---- */
+
+#define KERNEL_NATIVE_RUN(OP, DT, T, W)                                                    \
+  static inline __attribute__((always_inline)) void run_##DT##_##OP(T* dst, const T* a,   \
+                                                                    const T* b, size_t len) { \
+    KERNEL_IVDEP for (size_t j = 0; j < len; j++) {                                        \
+      T x = a[j];                                                                          \
+      T y = b[j];                                                                          \
+      dst[j] = KERNEL_OP_##OP(T, W, x, y);                                                 \
+    }                                                                                      \
   }
 
-#define KERNEL_NATIVE_DEFINE(DT, T, W)    \
-  KERNEL_NATIVE_RUN(DT, T, W, SUM)        \
-  KERNEL_NATIVE_RUN(DT, T, W, PROD)       \
-  KERNEL_NATIVE_RUN(DT, T, W, MAX)        \
-  KERNEL_NATIVE_RUN(DT, T, W, MIN)        \
-  KERNEL_NO_VECTOR(DT, T, SUM)            \
-  KERNEL_NO_VECTOR(DT, T, PROD)           \
-  KERNEL_NO_VECTOR(DT, T, MAX)            \
-  KERNEL_NO_VECTOR(DT, T, MIN)            \
-  KERNEL_BLOCKED(DT, T, SUM)              \
-  KERNEL_BLOCKED(DT, T, PROD)             \
-  KERNEL_BLOCKED(DT, T, MAX)              \
-  KERNEL_BLOCKED(DT, T, MIN)
+#define KERNEL_NATIVE_OP(OP, DT, T, W) \
+  KERNEL_NATIVE_RUN(OP, DT, T, W)      \
+  KERNEL_NO_VECTOR(OP, DT, T)          \
+  KERNEL_BLOCKED(OP, DT, T)
+#define KERNEL_NATIVE_DEFINE(DT, T, W) KERNEL_OPS(KERNEL_NATIVE_OP, DT, T, W)
 KERNEL_NATIVE_TYPES(KERNEL_NATIVE_DEFINE)
 
 /* ---- float16 / bfloat16: widen, operate in float32, narrow ---- */
 
-#define KERNEL_HALF_RUN(DT, WIDEN, NARROW, OP)                                                  \
-  static inline __attribute__((always_inline)) void run_##DT##_##OP(                            \
-      uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t len) {                        \
-    _Pragma("GCC ivdep") for (size_t j = 0; j < len; j++) {                                     \
-      float x = WIDEN(a[j]);                                                                    \
-      float y = WIDEN(b[j]);                                                                    \
-      dst[j] = NARROW(KERNEL_OP_##OP(float, float, x, y));                                      \
-    }                                                                                           \
+#define KERNEL_HALF_RUN(OP, DT, WIDEN, NARROW)                                \
+  static inline __attribute__((always_inline)) void run_##DT##_##OP(          \
+      uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t len) {      \
+    KERNEL_IVDEP for (size_t j = 0; j < len; j++) {                           \
+      float x = WIDEN(a[j]);                                                  \
+      float y = WIDEN(b[j]);                                                  \
+      dst[j] = NARROW(KERNEL_OP_##OP(float, float, x, y));                    \
+    }                                                                         \
   }
 
 #if KERNEL_HAVE_F16C
@@ -147,72 +138,68 @@ KERNEL_NATIVE_TYPES(KERNEL_NATIVE_DEFINE)
 #define KERNEL_VOP_PROD(x, y) _mm256_mul_ps(x, y)
 #define KERNEL_VOP_MAX(x, y) _mm256_max_ps(x, y)
 #define KERNEL_VOP_MIN(x, y) _mm256_min_ps(x, y)
-#define KERNEL_F16C_VECTOR(OP)                                                                  \
-  static inline size_t kernel_vector_FLOAT16_##OP(uint16_t* dst, const uint16_t* a,            \
-                                                  const uint16_t* b, size_t n) {               \
-    size_t i = 0;                                                                               \
-    for (; n - i >= 8; i += 8) {                                                                \
-      __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(a + i)));                     \
-      __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(b + i)));                     \
-      __m128i r = _mm256_cvtps_ph(KERNEL_VOP_##OP(x, y), _MM_FROUND_TO_NEAREST_INT);            \
-      _mm_storeu_si128((__m128i*)(dst + i), r);                                                 \
-    }                                                                                           \
-    return i;                                                                                   \
+#define KERNEL_F16C_VECTOR(OP, DT)                                                       \
+  static inline size_t kernel_vector_##DT##_##OP(uint16_t* dst, const uint16_t* a,       \
+                                                 const uint16_t* b, size_t n) {          \
+    size_t i = 0;                                                                        \
+    for (; n - i >= 8; i += 8) {                                                         \
+      __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(a + i)));              \
+      __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(b + i)));              \
+      __m128i r = _mm256_cvtps_ph(KERNEL_VOP_##OP(x, y), _MM_FROUND_TO_NEAREST_INT);     \
+      _mm_storeu_si128((__m128i*)(dst + i), r);                                          \
+    }                                                                                    \
+    return i;                                                                            \
   }
-KERNEL_F16C_VECTOR(SUM)
-KERNEL_F16C_VECTOR(PROD)
-KERNEL_F16C_VECTOR(MAX)
-KERNEL_F16C_VECTOR(MIN)
+KERNEL_OPS(KERNEL_F16C_VECTOR, FLOAT16)
 #else
-KERNEL_NO_VECTOR(FLOAT16, uint16_t, SUM)
-KERNEL_NO_VECTOR(FLOAT16, uint16_t, PROD)
-KERNEL_NO_VECTOR(FLOAT16, uint16_t, MAX)
-KERNEL_NO_VECTOR(FLOAT16, uint16_t, MIN)
+KERNEL_OPS(KERNEL_NO_VECTOR, FLOAT16, uint16_t)
 #endif
 /* bfloat16 conversions are shifts and selects: the blocks vectorise them everywhere. */
-KERNEL_NO_VECTOR(BFLOAT16, uint16_t, SUM)
-KERNEL_NO_VECTOR(BFLOAT16, uint16_t, PROD)
-KERNEL_NO_VECTOR(BFLOAT16, uint16_t, MAX)
-KERNEL_NO_VECTOR(BFLOAT16, uint16_t, MIN)
+KERNEL_OPS(KERNEL_NO_VECTOR, BFLOAT16, uint16_t)
 
-#define KERNEL_HALF_DEFINE(DT, WIDEN, NARROW) \
-  KERNEL_HALF_RUN(DT, WIDEN, NARROW, SUM)     \
-  KERNEL_HALF_RUN(DT, WIDEN, NARROW, PROD)    \
-  KERNEL_HALF_RUN(DT, WIDEN, NARROW, MAX)     \
-  KERNEL_HALF_RUN(DT, WIDEN, NARROW, MIN)     \
-  KERNEL_BLOCKED(DT, uint16_t, SUM)           \
-  KERNEL_BLOCKED(DT, uint16_t, PROD)          \
-  KERNEL_BLOCKED(DT, uint16_t, MAX)           \
-  KERNEL_BLOCKED(DT, uint16_t, MIN)
+#define KERNEL_HALF_OP(OP, DT, WIDEN, NARROW) \
+  KERNEL_HALF_RUN(OP, DT, WIDEN, NARROW)      \
+  KERNEL_BLOCKED(OP, DT, uint16_t)
+#define KERNEL_HALF_DEFINE(DT, WIDEN, NARROW) KERNEL_OPS(KERNEL_HALF_OP, DT, WIDEN, NARROW)
 KERNEL_HALF_TYPES(KERNEL_HALF_DEFINE)
 
 /* ---- avg_finish: divide once by nranks (>= 2) ---- */
 
-/* Integers: C division in 64 bits, which truncates toward zero; the quotient fits T. */
-#define KERNEL_AVG_INT(DT, T, D)                                           \
-  static void avg_##DT(void* buf_v, size_t count, int nranks) {          \
-    T* buf = buf_v;                                                        \
-    for (size_t i = 0; i < count; i++) buf[i] = (T)((D)buf[i] / (D)nranks); \
+/* Integers: (dtype, C type, 64-bit type the division is done in, so that nranks never has to
+ * fit T). C division truncates toward zero; the quotient always fits T. */
+#define KERNEL_INT_TYPES(XX)     \
+  XX(INT8, int8_t, int64_t)      \
+  XX(UINT8, uint8_t, uint64_t)   \
+  XX(INT32, int32_t, int64_t)    \
+  XX(UINT32, uint32_t, uint64_t) \
+  XX(INT64, int64_t, int64_t)    \
+  XX(UINT64, uint64_t, uint64_t)
+
+#define KERNEL_AVG_INT(DT, T, D)                                              \
+  static void avg_##DT(void* buf_v, size_t count, int nranks) {               \
+    T* buf = buf_v;                                                           \
+    for (size_t i = 0; i < count; i++) buf[i] = (T)((D)buf[i] / (D)nranks);   \
   }
 KERNEL_INT_TYPES(KERNEL_AVG_INT)
 
-/* Floats: a true division (not a reciprocal multiply), so the result is exactly x / n. */
-#define KERNEL_AVG_RUN(BODY)                                                                 \
-  {                                                                                          \
-    _Pragma("GCC ivdep") for (size_t j = 0; j < len; j++) { BODY; }                          \
-  }
-#define KERNEL_AVG_FLOAT(DT, T)                                                              \
-  static inline __attribute__((always_inline)) void avg_run_##DT(T* buf, size_t len, T n) {  \
-    KERNEL_AVG_RUN(buf[j] = buf[j] / n)                                                      \
-  }
-KERNEL_FLOAT_TYPES(KERNEL_AVG_FLOAT)
-#define KERNEL_AVG_HALF(DT, WIDEN, NARROW)                                                   \
-  static inline __attribute__((always_inline)) void avg_run_##DT(uint16_t* buf, size_t len,  \
-                                                                 float n) {                  \
-    KERNEL_AVG_RUN(buf[j] = NARROW(WIDEN(buf[j]) / n))                                       \
-  }
-KERNEL_HALF_TYPES(KERNEL_AVG_HALF)
+/* Floats: (dtype, C type, type the division is done in). A true division, not a multiply by
+ * the reciprocal, so the result is exactly the plain x / n. */
+#define KERNEL_AVG_FLOAT_TYPES(XX) \
+  XX(FLOAT32, float, float)        \
+  XX(FLOAT64, double, double)      \
+  XX(FLOAT16, uint16_t, float)     \
+  XX(BFLOAT16, uint16_t, float)
 
+#define KERNEL_AVG_ELEM_FLOAT32(v, n) ((v) / (n))
+#define KERNEL_AVG_ELEM_FLOAT64(v, n) ((v) / (n))
+#define KERNEL_AVG_ELEM_FLOAT16(v, n) chorus__f2h_inline(chorus__h2f_inline(v) / (n))
+#define KERNEL_AVG_ELEM_BFLOAT16(v, n) chorus__f2b_inline(chorus__b2f_inline(v) / (n))
+
+#define KERNEL_AVG_NO_VECTOR(DT, T, C)                                           \
+  static inline size_t avg_vector_##DT(T* buf, size_t count, C n) {              \
+    (void)buf, (void)count, (void)n;                                             \
+    return 0;                                                                    \
+  }
 #if KERNEL_HAVE_F16C
 static inline size_t avg_vector_FLOAT16(uint16_t* buf, size_t count, float n) {
   __m256 divisor = _mm256_set1_ps(n);
@@ -225,43 +212,31 @@ static inline size_t avg_vector_FLOAT16(uint16_t* buf, size_t count, float n) {
   return i;
 }
 #else
-static inline size_t avg_vector_FLOAT16(uint16_t* buf, size_t count, float n) {
-  (void)buf, (void)count, (void)n;
-  return 0;
-}
+KERNEL_AVG_NO_VECTOR(FLOAT16, uint16_t, float)
 #endif
-static inline size_t avg_vector_BFLOAT16(uint16_t* buf, size_t count, float n) {
-  (void)buf, (void)count, (void)n;
-  return 0;
-}
-static inline size_t avg_vector_FLOAT32(float* buf, size_t count, float n) {
-  (void)buf, (void)count, (void)n;
-  return 0;
-}
-static inline size_t avg_vector_FLOAT64(double* buf, size_t count, double n) {
-  (void)buf, (void)count, (void)n;
-  return 0;
-}
+KERNEL_AVG_NO_VECTOR(BFLOAT16, uint16_t, float)
+KERNEL_AVG_NO_VECTOR(FLOAT32, float, float)
+KERNEL_AVG_NO_VECTOR(FLOAT64, double, double)
 
-/* T is the stored type, C the type the division is done in. */
-#define KERNEL_AVG_BLOCKED(DT, T, C)                                                 \
-  static void avg_##DT(void* buf_v, size_t count, int nranks) {                    \
-    T* buf = buf_v;                                                                  \
-    C n = (C)nranks;                                                                 \
-    enum { BLOCK = KERNEL_BLOCK_BYTES / sizeof(T), STEP = KERNEL_STEP_BYTES / sizeof(T) }; \
-    size_t i = avg_vector_##DT(buf, count, n);                                       \
-    for (; count - i >= BLOCK; i += BLOCK) avg_run_##DT(buf + i, BLOCK, n);          \
-    for (; count - i >= STEP; i += STEP) avg_run_##DT(buf + i, STEP, n);             \
-    avg_run_##DT(buf + i, count - i, n);                                             \
+/* The same shape as KERNEL_BLOCKED, for buf[i] = buf[i] / n. */
+#define KERNEL_AVG_FLOAT(DT, T, C)                                                            \
+  static inline __attribute__((always_inline)) void avg_run_##DT(T* buf, size_t len, C n) {   \
+    KERNEL_IVDEP for (size_t j = 0; j < len; j++) buf[j] = KERNEL_AVG_ELEM_##DT(buf[j], n);   \
+  }                                                                                           \
+  static void avg_##DT(void* buf_v, size_t count, int nranks) {                               \
+    T* buf = buf_v;                                                                           \
+    C n = (C)nranks;                                                                          \
+    enum { BLOCK = KERNEL_BLOCK_BYTES / sizeof(T), STEP = KERNEL_STEP_BYTES / sizeof(T) };    \
+    size_t i = avg_vector_##DT(buf, count, n);                                                \
+    for (; count - i >= BLOCK; i += BLOCK) avg_run_##DT(buf + i, BLOCK, n);                   \
+    for (; count - i >= STEP; i += STEP) avg_run_##DT(buf + i, STEP, n);                      \
+    avg_run_##DT(buf + i, count - i, n);                                                      \
   }
-KERNEL_AVG_BLOCKED(FLOAT32, float, float)
-KERNEL_AVG_BLOCKED(FLOAT64, double, double)
-KERNEL_AVG_BLOCKED(FLOAT16, uint16_t, float)
-KERNEL_AVG_BLOCKED(BFLOAT16, uint16_t, float)
+KERNEL_AVG_FLOAT_TYPES(KERNEL_AVG_FLOAT)
 
 /* ---- the table ---- */
 
-#define KERNEL_ENTRY(DT, OP) [CHORUS_##OP] = kernel_##DT##_##OP,
+#define KERNEL_ENTRY(OP, DT) [CHORUS_##OP] = kernel_##DT##_##OP,
 #define KERNEL_ROW(DT, ...) \
   [CHORUS_##DT] = {KERNEL_OPS(KERNEL_ENTRY, DT)[CHORUS_AVG] = kernel_##DT##_SUM},
 #define KERNEL_AVG_ENTRY(DT, ...) [CHORUS_##DT] = avg_##DT,
@@ -269,6 +244,5 @@ KERNEL_AVG_BLOCKED(BFLOAT16, uint16_t, float)
 const chorus_reduce_variant_t KERNEL_TABLE = {
     .name = KERNEL_ISA_NAME,
     .reduce = {KERNEL_NATIVE_TYPES(KERNEL_ROW) KERNEL_HALF_TYPES(KERNEL_ROW)},
-    .avg = {KERNEL_INT_TYPES(KERNEL_AVG_ENTRY) KERNEL_FLOAT_TYPES(KERNEL_AVG_ENTRY)
-                KERNEL_HALF_TYPES(KERNEL_AVG_ENTRY)},
+    .avg = {KERNEL_INT_TYPES(KERNEL_AVG_ENTRY) KERNEL_AVG_FLOAT_TYPES(KERNEL_AVG_ENTRY)},
 };

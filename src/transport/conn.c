@@ -160,3 +160,115 @@ void chorus__xq_free(chorus_xfer_queue_t* q) {
   free(q->items);
   memset(q, 0, sizeof(*q));
 }
+
+/* ---- memory semantics ---- */
+
+static chorus_transport_t* tp_of(const chorus_task_t* t) { return &t->comm->tp; }
+
+int chorus__conn_shm_avail(const chorus_task_t* t) {
+  const chorus_transport_t* tp = tp_of(t);
+  return tp->shm.base != NULL && tp->shm_all_local;
+}
+
+/* Comm ranks and local indices coincide when every rank is local (both in rank order). */
+chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int rank) {
+  return chorus__shm_ctl(&tp_of(t)->shm, rank);
+}
+
+char* chorus__conn_shm_slot(const chorus_task_t* t, int rank, int which) {
+  return chorus__shm_slot(&tp_of(t)->shm, rank, which);
+}
+
+size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t) { return tp_of(t)->shm.slot_bytes; }
+
+uint64_t chorus__conn_shm_next_ids(chorus_task_t* t, uint64_t n) {
+  uint64_t base = tp_of(t)->shm_epoch;
+  tp_of(t)->shm_epoch += n;
+  return base;
+}
+
+void chorus__conn_shm_signal(chorus_task_t* t) {
+  chorus_transport_t* tp = tp_of(t);
+  for (int r = 0; r < tp->nranks; r++)
+    if (r != tp->rank) chorus__shm_bell_ring(chorus__shm_bell(&tp->shm, r));
+}
+
+void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value) {
+  __atomic_store_n(&chorus__conn_shm_ctl(t, t->rank)->flag[f], value, __ATOMIC_RELEASE);
+  chorus__conn_shm_signal(t);
+}
+
+/* Signature words: sequence number, then everything that must agree across ranks. */
+static void signature_of(const chorus_task_t* t, uint64_t sig[6]) {
+  const chorus_coll_args_t* a = &t->args;
+  uint64_t algo_hash = 1469598103934665603ull;
+  for (const char* c = t->algo ? t->algo->name : ""; *c; c++) algo_hash = (algo_hash ^ (uint8_t)*c) * 1099511628211ull;
+  sig[0] = t->seq + 1; /* 0 means "nothing published yet" */
+  sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16;
+  sig[2] = a->count;
+  sig[3] = (uint64_t)(uint32_t)a->root;
+  sig[4] = algo_hash;
+  sig[5] = a->recvcount;
+}
+
+void chorus__conn_publish_signature(chorus_task_t* t) {
+  if (!tp_of(t)->shm.base || !tp_of(t)->shm_all_local) return;
+  int p2p = t->args.coll == CH_COLL_SEND || t->args.coll == CH_COLL_RECV || t->args.coll == CH_COLL_SENDRECV;
+  if (p2p) return; /* point-to-point sequence numbers are per pair, not comm-wide */
+  uint64_t sig[6];
+  signature_of(t, sig);
+  /* A seqlock: sig[0] is 0 while the other words change, so readers never see a mix. */
+  chorus_shm_ctl_t* me = chorus__conn_shm_ctl(t, t->rank);
+  __atomic_store_n(&me->sig[0], 0, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  for (int i = 1; i < 6; i++) __atomic_store_n(&me->sig[i], sig[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&me->sig[0], sig[0], __ATOMIC_RELEASE);
+}
+
+/* Reads rank's signature; 0 when it is being rewritten (then it is not this task's any more). */
+static int read_signature(const chorus_shm_ctl_t* c, uint64_t out[6]) {
+  out[0] = __atomic_load_n(&c->sig[0], __ATOMIC_ACQUIRE);
+  for (int i = 1; i < 6; i++) out[i] = __atomic_load_n(&c->sig[i], __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return out[0] != 0 && __atomic_load_n(&c->sig[0], __ATOMIC_RELAXED) == out[0];
+}
+
+static void describe_signature(const uint64_t* sig, char* out, size_t len) {
+  chorus_coll_t coll = (chorus_coll_t)(sig[1] & 0xff);
+  const char* dt = chorus_dtype_name((chorus_dtype_t)((sig[1] >> 8) & 0xff));
+  const char* op = chorus_op_name((chorus_op_t)((sig[1] >> 16) & 0xff));
+  snprintf(out, len, "%s #%llu (count %llu, %s, %s, root %d)", chorus__coll_name(coll),
+           (unsigned long long)(sig[0] - 1), (unsigned long long)sig[2], dt ? dt : "?", op ? op : "?",
+           (int)(uint32_t)sig[3]);
+}
+
+/* 1 (and *st = ERR_MISMATCH with a sentence) when rank publishes another operation under this
+ * task's sequence number. */
+static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_t* c, chorus_status_t* st) {
+  uint64_t mine[6], theirs[6];
+  signature_of(t, mine);
+  if (!read_signature(c, theirs) || theirs[0] != mine[0] || memcmp(mine, theirs, sizeof(mine)) == 0) return 0;
+  char a[160], b[160];
+  describe_signature(theirs, a, sizeof(a));
+  describe_signature(mine, b, sizeof(b));
+  snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs %s, this rank runs %s%s", rank,
+           a, b, theirs[4] != mine[4] ? " (or another algorithm)" : "");
+  *st = CHORUS_ERR_MISMATCH;
+  return 1;
+}
+
+int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st) {
+  chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+  int reached = __atomic_load_n(&c->flag[f], __ATOMIC_ACQUIRE) >= want;
+  /* A peer that runs another operation under this sequence number would never set the flag,
+   * or would have set it for other data. */
+  if (signature_conflicts(t, rank, c, st)) return 0;
+  if (reached) return 1;
+  const chorus_peer_t* p = &tp_of(t)->peers[rank];
+  if (p->nsocks && p->socks[0].peer_closed) {
+    snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a shared-memory %s",
+             rank, p->host, chorus__coll_name(t->args.coll));
+    *st = CHORUS_ERR_REMOTE;
+  }
+  return 0;
+}

@@ -20,6 +20,7 @@
 
 #include "coll/task.h"
 #include "transport/frame.h"
+#include "transport/shm.h"
 
 typedef struct chorus_xfer {
   /* Transport-private fields; zero-initialise (or let post overwrite) before posting. */
@@ -48,5 +49,26 @@ chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t
 static inline int chorus__xfer_done(const chorus_xfer_t* x) {
   return __atomic_load_n(&x->done, __ATOMIC_ACQUIRE);
 }
+
+/* ---- memory semantics: a shared area for communicators whose ranks all share one host ----
+ * Rank r owns a control block (flags only r writes; the signature of the operation r runs) and
+ * two slots of chorus__conn_shm_slot_bytes() bytes that every rank can read and write. Flag
+ * values are ids from chorus__conn_shm_next_ids(): every rank draws the same ids in the same
+ * order, since every rank runs the same operations. */
+int chorus__conn_shm_avail(const chorus_task_t* t);
+chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int rank);
+char* chorus__conn_shm_slot(const chorus_task_t* t, int rank, int which);
+size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t);
+/* Reserves n consecutive ids; returns the one before the first (ids are base+1 .. base+n). */
+uint64_t chorus__conn_shm_next_ids(chorus_task_t* t, uint64_t n);
+/* Wakes every rank of the host that sleeps on its doorbell (call after publishing a flag). */
+void chorus__conn_shm_signal(chorus_task_t* t);
+/* 1 when rank's flag[f] >= want. Fails the task with ERR_REMOTE when rank died first, and with
+ * ERR_MISMATCH when rank runs another operation under this sequence number. */
+int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st);
+/* Publishes flag f = value for this rank (release) and signals. */
+void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value);
+/* Called by the engine when a task starts: publishes its signature. */
+void chorus__conn_publish_signature(chorus_task_t* t);
 
 #endif /* CHORUS_CONN_H */

@@ -1,8 +1,8 @@
 /*
  * shm.c - shared segments, SPSC byte rings and futex doorbells for same-host peers (shm.h).
  *
- * Segment layout: a header line, one doorbell line per local rank, then nlocal*(nlocal-1)
- * rings. A ring is a producer line (head: bytes written so far), a consumer line (tail: bytes
+ * Segment layout: a header line, one doorbell line per local rank, nlocal*(nlocal-1) rings,
+ * then per local rank a control block and two slots for memory-semantics collectives. A ring is a producer line (head: bytes written so far), a consumer line (tail: bytes
  * read so far) and ring_bytes of data; head and tail only grow, so head - tail is the fill.
  * The producer publishes data with a release store of head, the consumer frees space with a
  * release store of tail: no locks, no shared writes to one cache line.
@@ -33,14 +33,32 @@ typedef struct {
   uint32_t magic;
   uint32_t nlocal;
   uint64_t ring_bytes;
+  uint64_t slot_bytes;
   uint64_t seg_bytes;
-  char pad[LINE - 24];
+  char pad[LINE - 32];
 } seg_header_t;
+
+_Static_assert(sizeof(chorus_shm_ctl_t) == 2 * LINE, "control block is two cache lines");
 
 static size_t ring_stride(size_t ring_bytes) { return sizeof(chorus_shm_ring_t) + ring_bytes; }
 
-size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes) {
+static size_t rings_end(int nlocal, size_t ring_bytes) {
   return LINE + (size_t)nlocal * LINE + (size_t)nlocal * (size_t)(nlocal - 1) * ring_stride(ring_bytes);
+}
+
+static size_t area_stride(size_t slot_bytes) { return sizeof(chorus_shm_ctl_t) + 2 * slot_bytes; }
+
+size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes, size_t slot_bytes) {
+  return rings_end(nlocal, ring_bytes) + (size_t)nlocal * area_stride(slot_bytes);
+}
+
+chorus_shm_ctl_t* chorus__shm_ctl(const chorus_shm_seg_t* seg, int local) {
+  char* areas = (char*)seg->base + rings_end(seg->nlocal, seg->ring_bytes);
+  return (chorus_shm_ctl_t*)(areas + (size_t)local * area_stride(seg->slot_bytes));
+}
+
+char* chorus__shm_slot(const chorus_shm_seg_t* seg, int local, int which) {
+  return (char*)(chorus__shm_ctl(seg, local) + 1) + (size_t)which * seg->slot_bytes;
 }
 
 chorus_shm_bell_t* chorus__shm_bell(const chorus_shm_seg_t* seg, int local) {
@@ -64,9 +82,9 @@ static chorus_status_t map_fd(int fd, size_t bytes, chorus_shm_seg_t* seg, char*
   return CHORUS_OK;
 }
 
-chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, chorus_shm_seg_t* seg,
-                                   char* err, size_t errlen) {
-  size_t bytes = chorus__shm_seg_bytes(nlocal, ring_bytes);
+chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, size_t slot_bytes,
+                                   chorus_shm_seg_t* seg, char* err, size_t errlen) {
+  size_t bytes = chorus__shm_seg_bytes(nlocal, ring_bytes, slot_bytes);
   int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "shm_open(%s) failed: %s", name, strerror(errno));
@@ -89,9 +107,11 @@ chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_byt
   seg->nlocal = nlocal;
   seg->my_local = 0;
   seg->ring_bytes = ring_bytes;
+  seg->slot_bytes = slot_bytes;
   seg_header_t* h = seg->base;
   h->nlocal = (uint32_t)nlocal;
   h->ring_bytes = ring_bytes;
+  h->slot_bytes = slot_bytes;
   h->seg_bytes = bytes;
   __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
   return CHORUS_OK;
@@ -115,7 +135,8 @@ chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, c
   if (st < 0) return st;
   seg_header_t* h = seg->base;
   if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->nlocal != (uint32_t)nlocal ||
-      h->seg_bytes != (uint64_t)sb.st_size || chorus__shm_seg_bytes(nlocal, h->ring_bytes) != h->seg_bytes) {
+      h->seg_bytes != (uint64_t)sb.st_size ||
+      chorus__shm_seg_bytes(nlocal, h->ring_bytes, h->slot_bytes) != h->seg_bytes) {
     snprintf(err, errlen, "shared segment %s does not match this communicator", name);
     chorus__shm_detach(seg);
     return CHORUS_ERR_PROTOCOL;
@@ -123,6 +144,7 @@ chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, c
   seg->nlocal = nlocal;
   seg->my_local = my_local;
   seg->ring_bytes = h->ring_bytes;
+  seg->slot_bytes = h->slot_bytes;
   return CHORUS_OK;
 }
 

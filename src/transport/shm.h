@@ -23,6 +23,16 @@ typedef struct {
   char pad[56];
 } chorus_shm_bell_t;
 
+/* Per local rank, for memory-semantics collectives: counters only the owner writes, and the
+ * signature of the operation it is running (checked by the others before they touch its
+ * data, so mismatched calls are detected). */
+typedef struct {
+  uint64_t flag[4];
+  char pad1[32];
+  uint64_t sig[6];
+  char pad2[16];
+} chorus_shm_ctl_t;
+
 /* The mapping of one host's segment, held by each local rank. */
 typedef struct {
   void* base;
@@ -30,17 +40,20 @@ typedef struct {
   int nlocal;
   int my_local;
   size_t ring_bytes;
+  size_t slot_bytes; /* each local rank owns two slots of this size */
 } chorus_shm_seg_t;
 
 /* Ring of the ordered pair (from -> to), local indices. */
 chorus_shm_ring_t* chorus__shm_ring(const chorus_shm_seg_t* seg, int from, int to);
 chorus_shm_bell_t* chorus__shm_bell(const chorus_shm_seg_t* seg, int local);
+chorus_shm_ctl_t* chorus__shm_ctl(const chorus_shm_seg_t* seg, int local);
+char* chorus__shm_slot(const chorus_shm_seg_t* seg, int local, int which);
 
-/* Segment size for nlocal ranks with rings of ring_bytes. */
-size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes);
-/* Creates (leader) or maps (others) the segment; see shm.c for the handshake. */
-chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, chorus_shm_seg_t* seg,
-                                   char* err, size_t errlen);
+/* Segment size for nlocal ranks with rings of ring_bytes and slots of slot_bytes. */
+size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes, size_t slot_bytes);
+/* Creates (leader) or maps (others) the segment; see shm_setup.c for the handshake. */
+chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, size_t slot_bytes,
+                                   chorus_shm_seg_t* seg, char* err, size_t errlen);
 chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, chorus_shm_seg_t* seg,
                                    char* err, size_t errlen);
 void chorus__shm_detach(chorus_shm_seg_t* seg);

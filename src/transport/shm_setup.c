@@ -30,10 +30,10 @@ static int local_ranks(const chorus_transport_t* tp, const chorus_peer_info_t* i
 static int peer_fd(const chorus_transport_t* tp, int peer) { return tp->peers[peer].socks[0].fd; }
 
 static chorus_status_t leader_side(chorus_transport_t* tp, const int* local, int nlocal, size_t ring_bytes,
-                                   uint64_t deadline, int* verdict) {
+                                   size_t slot_bytes, uint64_t deadline, int* verdict) {
   char name[SHM_NAME_LEN] = "", err[256];
   snprintf(name, sizeof(name), "/chorus-%d-%016llx", (int)getpid(), (unsigned long long)tp->comm_id);
-  if (chorus__shm_create(name, nlocal, ring_bytes, &tp->shm, err, sizeof(err)) < 0) {
+  if (chorus__shm_create(name, nlocal, ring_bytes, slot_bytes, &tp->shm, err, sizeof(err)) < 0) {
     CH_WARN(tp->rank, "same-host peers fall back to TCP: %s", err);
     name[0] = '\0';
   }
@@ -74,12 +74,12 @@ static chorus_status_t member_side(chorus_transport_t* tp, int leader, int nloca
 }
 
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, const chorus_peer_info_t* infos,
-                                            size_t ring_bytes, uint64_t deadline_ns) {
+                                            size_t ring_bytes, size_t slot_bytes, uint64_t deadline_ns) {
   int local[tp->nranks], my_local = 0;
   int nlocal = local_ranks(tp, infos, local, &my_local);
   if (nlocal < 2) return CHORUS_OK;
   int verdict = 0;
-  chorus_status_t st = my_local == 0 ? leader_side(tp, local, nlocal, ring_bytes, deadline_ns, &verdict)
+  chorus_status_t st = my_local == 0 ? leader_side(tp, local, nlocal, ring_bytes, slot_bytes, deadline_ns, &verdict)
                                      : member_side(tp, local[0], nlocal, my_local, deadline_ns, &verdict);
   if (st < 0 || !verdict) {
     chorus__shm_detach(&tp->shm);
@@ -87,6 +87,7 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, const chorus
   }
   tp->shm.my_local = my_local;
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
+  tp->shm_all_local = nlocal == tp->nranks;
   for (int i = 0; i < nlocal; i++) {
     if (i == my_local) continue;
     chorus_stream_t* s = &tp->peers[local[i]].socks[0];

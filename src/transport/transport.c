@@ -224,7 +224,7 @@ static void collect_events(chorus_transport_t* tp, int timeout_ms) {
 void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms) {
   int tcp, shm, shm_ready;
   pending_kinds(tp, &tcp, &shm, &shm_ready);
-  if (!shm || !tp->my_bell) {
+  if (!tp->my_bell || (tcp && !shm)) {
     collect_events(tp, timeout_ms);
     return;
   }
@@ -232,6 +232,7 @@ void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms) {
     collect_events(tp, timeout_ms < 1 ? timeout_ms : 1);
     return;
   }
+  /* Shared-memory transfers, or a memory-semantics collective polling flags: the doorbell. */
   uint32_t seen = chorus__shm_bell_arm(tp->my_bell);
   pending_kinds(tp, &tcp, &shm, &shm_ready);
   if (!shm_ready) {

@@ -61,6 +61,8 @@ typedef struct chorus_transport {
   chorus_peer_t* peers;
   chorus_shm_seg_t shm;        /* this host's segment; base NULL without shm peers */
   chorus_shm_bell_t* my_bell;  /* this rank's doorbell in it */
+  int shm_all_local;           /* every rank of the communicator maps the segment */
+  uint64_t shm_epoch;          /* phases of memory-semantics collectives run so far */
   char err[512]; /* the sentence describing the last transport error */
 } chorus_transport_t;
 
@@ -95,7 +97,7 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
 /* Maps a shared segment with the other ranks of this host and moves their traffic to it;
  * falls back to TCP (with a warning) when the segment cannot be made. */
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, const chorus_peer_info_t* infos,
-                                            size_t ring_bytes, uint64_t deadline_ns);
+                                            size_t ring_bytes, size_t slot_bytes, uint64_t deadline_ns);
 /* Moves bytes of every queued transfer until the sockets would block. *moved counts transfers
  * that changed state. Returns < 0 on a transport error (tp->err says what). */
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved);

@@ -1,0 +1,93 @@
+/*
+ * shm/allreduce.c - memory-semantics allreduce for ranks that share one host (see shm.h).
+ *
+ * Per chunk of at most one slot (S bytes), on every rank r of n:
+ *   1. copy-in:  r copies its input chunk into its slot          ARRIVED = id
+ *   2. reduce:   r combines slice r (S/n) of every rank's slot
+ *                into its own slot, in rank order; avg divides    REDUCED = id
+ *   3. copy-out: r copies slice q from rank q's slot, for all q   DONE = id
+ * Bytes per rank per chunk: S written + S read (copy-in), S read + S/n written (reduce),
+ * S read + S written (copy-out); no rank ever waits for a message. Every slice is combined by
+ * exactly one rank, so every rank ends with the same bits.
+ * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth.
+ */
+#include "algo/algos.h"
+#include "algo/shm/shm.h"
+
+static int supported(const chorus_task_t* t) {
+  return chorus__conn_shm_avail(t) && chorus__algo_reduce_supported(t);
+}
+
+static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+  (void)link;
+  size_t bytes = t->args.count * t->dtype_size, slot = chorus__conn_shm_slot_bytes(t);
+  return chorus__shm_cost_us(3, chorus__div_up(bytes, slot), 4.0 * (double)bytes);
+}
+
+static chorus_status_t init(chorus_task_t* t) {
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+}
+
+static void reduce_my_slice(chorus_task_t* t, chorus_shm_op_t* s, int which, size_t m) {
+  size_t off, len, es = t->dtype_size;
+  chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
+  if (!len) return;
+  char* dst = chorus__conn_shm_slot(t, t->rank, which) + off * es;
+  for (int q = 0; q < t->nranks; q++)
+    if (q != t->rank) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + off * es, len);
+  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
+}
+
+static void copy_out(chorus_task_t* t, int which, size_t first, size_t m) {
+  size_t es = t->dtype_size;
+  char* out = (char*)t->args.recvbuf + first * es;
+  for (int q = 0; q < t->nranks; q++) {
+    size_t off, len;
+    chorus__shm_slice(m, t->nranks, q, &off, &len);
+    if (len) memcpy(out + off * es, chorus__conn_shm_slot(t, q, which) + off * es, len * es);
+  }
+}
+
+static chorus_status_t progress(chorus_task_t* t) {
+  chorus_shm_op_t* s = t->state;
+  size_t es = t->dtype_size;
+  chorus_status_t st = CHORUS_OK;
+  while (s->k < s->nchunks) {
+    uint64_t id = chorus__shm_id(s);
+    int which = (int)(id & 1);
+    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
+    switch (s->stage) {
+      case 0: /* copy-in, once nobody reads this slot's previous chunk */
+        CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+        memcpy(chorus__conn_shm_slot(t, t->rank, which), (const char*)t->args.sendbuf + first * es, m * es);
+        chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+        chorus__shm_advance(t, s, 1);
+        break;
+      case 1: /* reduce my slice once every input is there */
+        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+        reduce_my_slice(t, s, which, m);
+        chorus__conn_shm_publish(t, SHM_REDUCED, id);
+        chorus__shm_advance(t, s, 2);
+        break;
+      default: /* copy every reduced slice out */
+        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_REDUCED, id, &st), st);
+        copy_out(t, which, first, m);
+        chorus__conn_shm_publish(t, SHM_DONE, id);
+        s->k++;
+        chorus__shm_advance(t, s, 0);
+        break;
+    }
+  }
+  return CHORUS_OK;
+}
+
+const chorus_algo_t chorus__algo_shm_allreduce = {
+    .name = "shm",
+    .desc = "same-host memory semantics: copy into a shared slot, reduce one slice per rank in place, copy out",
+    .coll = CH_COLL_ALLREDUCE,
+    .supported = supported,
+    .cost_us = cost_us,
+    .init = init,
+    .progress = progress,
+    .fini = chorus__shm_op_fini,
+};

@@ -1,0 +1,60 @@
+/*
+ * shm/broadcast.c - memory-semantics broadcast for ranks that share one host.
+ *
+ * Per chunk of at most one slot: the root copies the chunk into its slot (ARRIVED = id, and
+ * DONE = id since it reads nothing); every other rank copies it out of the root's slot
+ * (DONE = id). Bytes: S written at the root, S read and written per other rank, all in
+ * parallel. Cost: 1 flag wait per chunk + about 2 S / memory bandwidth.
+ */
+#include "algo/algos.h"
+#include "algo/shm/shm.h"
+
+static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
+
+static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+  (void)link;
+  size_t bytes = t->args.count * t->dtype_size;
+  return chorus__shm_cost_us(1, chorus__div_up(bytes, chorus__conn_shm_slot_bytes(t)), 2.0 * (double)bytes);
+}
+
+static chorus_status_t init(chorus_task_t* t) {
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+}
+
+static chorus_status_t progress(chorus_task_t* t) {
+  chorus_shm_op_t* s = t->state;
+  size_t es = t->dtype_size;
+  int root = t->args.root;
+  chorus_status_t st = CHORUS_OK;
+  while (s->k < s->nchunks) {
+    uint64_t id = chorus__shm_id(s);
+    int which = (int)(id & 1);
+    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
+    char* out = (char*)t->args.recvbuf + first * es;
+    if (t->rank == root) {
+      CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      const char* in = (const char*)t->args.sendbuf + first * es;
+      memcpy(chorus__conn_shm_slot(t, root, which), in, m * es);
+      chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+      chorus__algo_copy(out, in, m * es);
+    } else {
+      CHORUS_SHM_WAIT(chorus__shm_reached(t, root, SHM_ARRIVED, id, &st), st);
+      memcpy(out, chorus__conn_shm_slot(t, root, which), m * es);
+    }
+    chorus__conn_shm_publish(t, SHM_DONE, id);
+    s->k++;
+    chorus__shm_advance(t, s, 0);
+  }
+  return CHORUS_OK;
+}
+
+const chorus_algo_t chorus__algo_shm_broadcast = {
+    .name = "shm",
+    .desc = "same-host memory semantics: the root stages each chunk once, every rank copies it out in parallel",
+    .coll = CH_COLL_BROADCAST,
+    .supported = supported,
+    .cost_us = cost_us,
+    .init = init,
+    .progress = progress,
+    .fini = chorus__shm_op_fini,
+};

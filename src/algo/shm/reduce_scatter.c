@@ -1,0 +1,71 @@
+/*
+ * shm/reduce_scatter.c - memory-semantics reduce-scatter for ranks that share one host.
+ *
+ * The send buffer holds n blocks; chunk k covers the same element range of every block, sized
+ * so that the n block-chunks fill one slot (S/n elements-worth each). Per chunk:
+ *   1. copy-in: rank r copies its n block-chunks into its slot          ARRIVED = id
+ *   2. reduce:  rank r combines block r of every slot, in rank order,
+ *               straight into its receive buffer; avg divides            DONE = id
+ * Bytes per rank per chunk: S written + S read, then S read + S/n written. Cost: 2 flag waits
+ * per chunk + about 3 S / memory bandwidth.
+ */
+#include "algo/algos.h"
+#include "algo/shm/shm.h"
+
+static size_t chunk_elems(const chorus_task_t* t) {
+  return chorus__conn_shm_slot_bytes(t) / ((size_t)t->nranks * t->dtype_size);
+}
+
+static int supported(const chorus_task_t* t) {
+  return chorus__conn_shm_avail(t) && chorus__algo_reduce_supported(t) && chunk_elems(t) > 0;
+}
+
+static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+  (void)link;
+  size_t block = t->args.count, chunk = chunk_elems(t);
+  return chorus__shm_cost_us(2, chorus__div_up(block, chunk ? chunk : 1),
+                             3.0 * (double)(block * t->dtype_size * (size_t)t->nranks));
+}
+
+static chorus_status_t init(chorus_task_t* t) { return chorus__shm_op_init(t, t->args.count, chunk_elems(t)); }
+
+static chorus_status_t progress(chorus_task_t* t) {
+  chorus_shm_op_t* s = t->state;
+  size_t es = t->dtype_size, block = t->args.count;
+  chorus_status_t st = CHORUS_OK;
+  while (s->k < s->nchunks) {
+    uint64_t id = chorus__shm_id(s);
+    int which = (int)(id & 1);
+    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, block);
+    if (s->stage == 0) {
+      CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      char* slot = chorus__conn_shm_slot(t, t->rank, which);
+      for (int q = 0; q < t->nranks; q++)
+        memcpy(slot + (size_t)q * m * es, (const char*)t->args.sendbuf + ((size_t)q * block + first) * es, m * es);
+      chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+      chorus__shm_advance(t, s, 1);
+      continue;
+    }
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+    char* dst = (char*)t->args.recvbuf + first * es;
+    size_t mine = (size_t)t->rank * m * es;
+    s->reduce(dst, chorus__conn_shm_slot(t, 0, which) + mine, chorus__conn_shm_slot(t, 1, which) + mine, m);
+    for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + mine, m);
+    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+    chorus__conn_shm_publish(t, SHM_DONE, id);
+    s->k++;
+    chorus__shm_advance(t, s, 0);
+  }
+  return CHORUS_OK;
+}
+
+const chorus_algo_t chorus__algo_shm_reduce_scatter = {
+    .name = "shm",
+    .desc = "same-host memory semantics: every rank stages its blocks once, each rank reduces its own block from all slots",
+    .coll = CH_COLL_REDUCE_SCATTER,
+    .supported = supported,
+    .cost_us = cost_us,
+    .init = init,
+    .progress = progress,
+    .fini = chorus__shm_op_fini,
+};
