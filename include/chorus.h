@@ -178,6 +178,20 @@ CHORUS_API chorus_status_t chorus_comm_host_count(const chorus_comm_t* comm, int
  * sequence number and peer), or "" if none. Valid until the next call on comm. */
 CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm);
 
+/* ---- registered memory ----
+ * Buffers that every rank of the host can map, so same-host collectives on them copy nothing
+ * into staging areas (the models are NCCL's ncclMemAlloc and HCCL's symmetric windows). */
+
+/* Allocates `bytes` of registered memory on every rank. Collective: every rank calls it with the
+ * same size, in the same order. A collective whose send and receive buffers both lie in
+ * registered memory on every rank takes the zero-copy path (every rank must do the same, or the
+ * call fails with ERR_MISMATCH). Returns OK, ERR_INVALID_ARG, ERR_NO_MEMORY, ERR_SYSTEM,
+ * ERR_NOT_SUPPORTED (ranks on several hosts), and the errors of a collective. */
+CHORUS_API chorus_status_t chorus_mem_alloc(chorus_comm_t* comm, size_t bytes, void** ptr);
+/* Releases memory from chorus_mem_alloc. Not collective; the memory lives on until every rank
+ * has freed it (or destroyed the communicator). Returns OK or ERR_INVALID_ARG. */
+CHORUS_API chorus_status_t chorus_mem_free(chorus_comm_t* comm, void* ptr);
+
 /* ---- collectives (blocking) ----
  * In place when sendbuf == recvbuf (for allgather/gather: when sendbuf is the caller's slot of
  * recvbuf). Every call returns OK, ERR_INVALID_ARG, ERR_COMM_BROKEN, ERR_NOT_SUPPORTED (a forced

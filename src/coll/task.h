@@ -75,6 +75,10 @@ typedef struct chorus_task {
   int phase;
   size_t step;
   void* state; /* allocated by algo->init, released by algo->fini */
+  /* Zero-copy (registered memory): set by chorus__conn_zc_eligible; part of the signature, so
+   * ranks that disagree get ERR_MISMATCH. zc: send window, send offset, recv window, offset. */
+  uint32_t variant;
+  uint64_t zc[4];
 
   /* Engine bookkeeping (src/core/progress.c); algorithms do not touch these. */
   chorus_status_t status;    /* INPROGRESS until the task ends */

@@ -73,7 +73,9 @@ static inline uint16_t chorus__f2h_inline(float f) {
 }
 
 /* bfloat16 -> float32: the top half of the float. */
-static inline float chorus__b2f_inline(uint16_t b) { return chorus__f32_from_bits((uint32_t)b << 16); }
+static inline float chorus__b2f_inline(uint16_t b) {
+  return chorus__f32_from_bits((uint32_t)b << 16);
+}
 
 /* float32 -> bfloat16, round to nearest even (carries reach infinity correctly). A NaN is not
  * rounded (a carry could turn it into infinity or flip its sign): it keeps its sign and top

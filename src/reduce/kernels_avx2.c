@@ -14,6 +14,7 @@
 #endif
 #define KERNEL_TABLE chorus__reduce_avx2
 #define KERNEL_ISA_NAME "avx2"
+#define KERNEL_HAVE_AVX2 1
 #define KERNEL_HAVE_F16C 1
 #include "reduce/kernel_body.h"
 #if defined(__clang__)

@@ -7,13 +7,16 @@
 #include <immintrin.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c"))), apply_to = function)
+#pragma clang attribute push(                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c"))), \
+    apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c,prefer-vector-width=512")
 #endif
 #define KERNEL_TABLE chorus__reduce_avx512
 #define KERNEL_ISA_NAME "avx512"
+#define KERNEL_HAVE_AVX2 1
 #define KERNEL_HAVE_F16C 1
 #include "reduce/kernel_body.h"
 #if defined(__clang__)

@@ -5,5 +5,6 @@
  */
 #define KERNEL_TABLE chorus__reduce_generic
 #define KERNEL_ISA_NAME "generic"
+#define KERNEL_HAVE_AVX2 0
 #define KERNEL_HAVE_F16C 0
 #include "reduce/kernel_body.h"

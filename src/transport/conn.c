@@ -208,7 +208,7 @@ static void signature_of(const chorus_task_t* t, uint64_t sig[6]) {
   sig[2] = a->count;
   sig[3] = (uint64_t)(uint32_t)a->root;
   sig[4] = algo_hash;
-  sig[5] = a->recvcount;
+  sig[5] = a->recvcount | (uint64_t)t->variant << 56;
 }
 
 void chorus__conn_publish_signature(chorus_task_t* t) {
@@ -251,8 +251,10 @@ static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_
   char a[160], b[160];
   describe_signature(theirs, a, sizeof(a));
   describe_signature(mine, b, sizeof(b));
+  const char* why = theirs[4] != mine[4] ? " (or another algorithm)"
+                    : (theirs[5] >> 56) != (mine[5] >> 56) ? " (registered memory on one side only)" : "";
   snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs %s, this rank runs %s%s", rank,
-           a, b, theirs[4] != mine[4] ? " (or another algorithm)" : "");
+           a, b, why);
   *st = CHORUS_ERR_MISMATCH;
   return 1;
 }
@@ -272,3 +274,37 @@ int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, c
   }
   return 0;
 }
+
+/* ---- zero-copy on registered memory ---- */
+
+int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_bytes, const void* recv,
+                             size_t recv_bytes) {
+  chorus_window_t* list = tp_of(t)->windows;
+  size_t soff = 0, roff = 0;
+  chorus_window_t* sw = send_bytes ? chorus__window_find(list, send, send_bytes, &soff) : NULL;
+  chorus_window_t* rw = recv_bytes ? chorus__window_find(list, recv, recv_bytes, &roff) : NULL;
+  int ok = list && (!send_bytes || sw) && (!recv_bytes || rw);
+  t->variant = ok;
+  t->zc[0] = sw ? sw->index : UINT64_MAX;
+  t->zc[1] = soff;
+  t->zc[2] = rw ? rw->index : UINT64_MAX;
+  t->zc[3] = roff;
+  return ok;
+}
+
+void chorus__conn_zc_publish(chorus_task_t* t) {
+  chorus_shm_ctl_t* me = chorus__conn_shm_ctl(t, t->rank);
+  for (int i = 0; i < 4; i++) __atomic_store_n(&me->zc[i], t->zc[i], __ATOMIC_RELAXED);
+}
+
+static char* zc_peer(chorus_task_t* t, int rank, int which) {
+  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+  uint64_t index = __atomic_load_n(&c->zc[2 * which], __ATOMIC_RELAXED);
+  uint64_t off = __atomic_load_n(&c->zc[2 * which + 1], __ATOMIC_RELAXED);
+  for (chorus_window_t* w = tp_of(t)->windows; w; w = w->next)
+    if (w->index == index) return (char*)w->peer_base[rank] + off;
+  return NULL;
+}
+
+char* chorus__conn_zc_send(chorus_task_t* t, int rank) { return zc_peer(t, rank, 0); }
+char* chorus__conn_zc_recv(chorus_task_t* t, int rank) { return zc_peer(t, rank, 1); }

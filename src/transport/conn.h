@@ -68,6 +68,15 @@ void chorus__conn_shm_signal(chorus_task_t* t);
 int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st);
 /* Publishes flag f = value for this rank (release) and signals. */
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value);
+/* Zero-copy: 1 when this rank's buffers for the task (NULL/0 for one it does not use) lie in
+ * registered memory; sets t->variant and t->zc. */
+int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_bytes, const void* recv,
+                             size_t recv_bytes);
+/* Publishes this rank's buffer locations (before it publishes ARRIVED). */
+void chorus__conn_zc_publish(chorus_task_t* t);
+/* Rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
+char* chorus__conn_zc_send(chorus_task_t* t, int rank);
+char* chorus__conn_zc_recv(chorus_task_t* t, int rank);
 /* Called by the engine when a task starts: publishes its signature. */
 void chorus__conn_publish_signature(chorus_task_t* t);
 

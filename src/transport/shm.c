@@ -38,7 +38,7 @@ typedef struct {
   char pad[LINE - 32];
 } seg_header_t;
 
-_Static_assert(sizeof(chorus_shm_ctl_t) == 2 * LINE, "control block is two cache lines");
+_Static_assert(sizeof(chorus_shm_ctl_t) == 3 * LINE, "control block is three cache lines");
 
 static size_t ring_stride(size_t ring_bytes) { return sizeof(chorus_shm_ring_t) + ring_bytes; }
 

@@ -31,6 +31,8 @@ typedef struct {
   char pad1[32];
   uint64_t sig[6];
   char pad2[16];
+  uint64_t zc[4]; /* zero-copy operations: send window + offset, receive window + offset */
+  char pad3[32];
 } chorus_shm_ctl_t;
 
 /* The mapping of one host's segment, held by each local rank. */

@@ -311,6 +311,11 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
     free(tp->peers);
     tp->peers = NULL;
   }
+  while (tp->windows) {
+    chorus_window_t* w = tp->windows;
+    tp->windows = w->next;
+    chorus__window_destroy(w);
+  }
   chorus__shm_detach(&tp->shm);
   tp->my_bell = NULL;
   if (tp->epfd >= 0) close(tp->epfd);

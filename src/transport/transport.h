@@ -15,6 +15,7 @@
 
 #include "core/sock.h"
 #include "transport/shm.h"
+#include "transport/window.h"
 #include "transport/conn.h"
 
 /* Messages of at least this many bytes are striped over all sockets of a peer. */
@@ -63,6 +64,8 @@ typedef struct chorus_transport {
   chorus_shm_bell_t* my_bell;  /* this rank's doorbell in it */
   int shm_all_local;           /* every rank of the communicator maps the segment */
   uint64_t shm_epoch;          /* phases of memory-semantics collectives run so far */
+  chorus_window_t* windows;    /* registered memory (chorus_mem_alloc) */
+  uint64_t windows_made;       /* windows ever made: the next window's index */
   char err[512]; /* the sentence describing the last transport error */
 } chorus_transport_t;
 

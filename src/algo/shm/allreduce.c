@@ -10,6 +10,10 @@
  * S read + S written (copy-out); no rank ever waits for a message. Every slice is combined by
  * exactly one rank, so every rank ends with the same bits.
  * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth.
+ *
+ * On registered memory (zero copy): rank r reduces slice r straight from every rank's send
+ * buffer and writes the result into every rank's receive buffer: N read and N written per rank,
+ * nothing staged.
  */
 #include "algo/algos.h"
 #include "algo/shm/shm.h"
@@ -25,7 +29,21 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 }
 
 static chorus_status_t init(chorus_task_t* t) {
+  size_t bytes = t->args.count * t->dtype_size;
+  if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes)) return chorus__shm_op_init(t, 1, 1);
   return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+}
+
+static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t off, len, es = t->dtype_size;
+  chorus__shm_slice(t->args.count, t->nranks, t->rank, &off, &len);
+  if (!len) return;
+  char *src[t->nranks], *dst[t->nranks];
+  for (int q = 0; q < t->nranks; q++) {
+    src[q] = chorus__conn_zc_send(t, q) + off * es;
+    dst[q] = chorus__conn_zc_recv(t, q) + off * es;
+  }
+  chorus__shm_zc_reduce_slice(t, s, src, (char*)t->args.recvbuf + off * es, dst, len);
 }
 
 static void reduce_my_slice(chorus_task_t* t, chorus_shm_op_t* s, int which, size_t m) {
@@ -49,6 +67,7 @@ static void copy_out(chorus_task_t* t, int which, size_t first, size_t m) {
 }
 
 static chorus_status_t progress(chorus_task_t* t) {
+  if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;

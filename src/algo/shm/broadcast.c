@@ -5,6 +5,9 @@
  * DONE = id since it reads nothing); every other rank copies it out of the root's slot
  * (DONE = id). Bytes: S written at the root, S read and written per other rank, all in
  * parallel. Cost: 1 flag wait per chunk + about 2 S / memory bandwidth.
+ *
+ * On registered memory (the root's send buffer, the others' receive buffers): every rank
+ * copies straight from the root's send buffer.
  */
 #include "algo/algos.h"
 #include "algo/shm/shm.h"
@@ -18,10 +21,23 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 }
 
 static chorus_status_t init(chorus_task_t* t) {
+  size_t bytes = t->args.count * t->dtype_size;
+  int root = t->rank == t->args.root;
+  if (chorus__conn_zc_eligible(t, root ? t->args.sendbuf : NULL, root ? bytes : 0, root ? NULL : t->args.recvbuf,
+                               root ? 0 : bytes))
+    return chorus__shm_op_init(t, 1, 1);
   return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
 }
 
+static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+  (void)s;
+  size_t bytes = t->args.count * t->dtype_size;
+  if (t->rank == t->args.root) chorus__algo_copy(t->args.recvbuf, t->args.sendbuf, bytes);
+  else if (bytes) memcpy(t->args.recvbuf, chorus__conn_zc_send(t, t->args.root), bytes);
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
+  if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size;
   int root = t->args.root;

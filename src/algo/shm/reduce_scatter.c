@@ -8,6 +8,9 @@
  *               straight into its receive buffer; avg divides            DONE = id
  * Bytes per rank per chunk: S written + S read, then S read + S/n written. Cost: 2 flag waits
  * per chunk + about 3 S / memory bandwidth.
+ *
+ * On registered memory: rank r reduces block r straight from every rank's send buffer into its
+ * receive buffer (N read, N/n written per rank).
  */
 #include "algo/algos.h"
 #include "algo/shm/shm.h"
@@ -27,9 +30,23 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
                              3.0 * (double)(block * t->dtype_size * (size_t)t->nranks));
 }
 
-static chorus_status_t init(chorus_task_t* t) { return chorus__shm_op_init(t, t->args.count, chunk_elems(t)); }
+static chorus_status_t init(chorus_task_t* t) {
+  size_t block = t->args.count * t->dtype_size;
+  if (chorus__conn_zc_eligible(t, t->args.sendbuf, block * (size_t)t->nranks, t->args.recvbuf, block))
+    return chorus__shm_op_init(t, 1, 1);
+  return chorus__shm_op_init(t, t->args.count, chunk_elems(t));
+}
+
+static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t block = t->args.count * t->dtype_size;
+  if (!block) return;
+  char* src[t->nranks];
+  for (int q = 0; q < t->nranks; q++) src[q] = chorus__conn_zc_send(t, q) + (size_t)t->rank * block;
+  chorus__shm_zc_reduce_slice(t, s, src, t->args.recvbuf, NULL, t->args.count);
+}
 
 static chorus_status_t progress(chorus_task_t* t) {
+  if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size, block = t->args.count;
   chorus_status_t st = CHORUS_OK;

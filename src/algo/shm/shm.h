@@ -94,9 +94,62 @@ static inline double chorus__shm_cost_us(double stages_per_chunk, size_t nchunks
   return stages_per_chunk * (double)(nchunks ? nchunks : 1) * 1.0 + bytes_moved / 10000.0;
 }
 
+/* Zero-copy on registered memory (every rank's buffers mapped in every process): one id.
+ *   publish buffer locations, ARRIVED = id;  wait for every ARRIVED;  work();  DONE = id;
+ *   wait for every DONE, so that no rank returns (and reuses its buffers) while others still
+ *   read or write them. */
+typedef void (*chorus_shm_zc_work_fn)(chorus_task_t* t, chorus_shm_op_t* s);
+
+/* Bytes a zero-copy kernel handles at a time, so that what it reads is still in cache when it
+ * writes the result to its peers. */
+#define CHORUS_SHM_ZC_BLOCK_BYTES (64u * 1024u)
+
 #define CHORUS_SHM_WAIT(cond, st)             \
   do {                                        \
     if (!(cond)) return (st) < 0 ? (st) : CHORUS_INPROGRESS; \
   } while (0)
+
+static inline chorus_status_t chorus__shm_zc_progress(chorus_task_t* t, chorus_shm_zc_work_fn work) {
+  chorus_shm_op_t* s = t->state;
+  uint64_t id = chorus__shm_id(s);
+  chorus_status_t st = CHORUS_OK;
+  if (s->stage == 0) {
+    chorus__conn_zc_publish(t);
+    chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+    chorus__shm_advance(t, s, 1);
+  }
+  if (s->stage == 1) {
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+    work(t, s);
+    chorus__conn_shm_publish(t, SHM_DONE, id);
+    chorus__shm_advance(t, s, 2);
+  }
+  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_DONE, id, &st), st);
+  s->k = s->nchunks;
+  return CHORUS_OK;
+}
+
+/* Reduces slice [off, off + len) elements of every rank's send buffer into dst, in rank order,
+ * a cache block at a time; after each block, copies it to each dsts[q] (NULL: skip). */
+static inline void chorus__shm_zc_reduce_slice(chorus_task_t* t, chorus_shm_op_t* s, char* const* src,
+                                              char* dst, char* const* copies, size_t len) {
+  size_t es = t->dtype_size, blk = CHORUS_SHM_ZC_BLOCK_BYTES / es;
+  /* In place, dst is one rank's input: combine that one first, before dst is overwritten. One
+   * rank writes each slice, so the order only has to be fixed, not the same as elsewhere. */
+  int n = t->nranks, order[n], first = 0;
+  for (int q = 0; q < n; q++)
+    if (src[q] == dst) first = q;
+  order[0] = first;
+  for (int q = 0, i = 1; q < n; q++)
+    if (q != first) order[i++] = q;
+  for (size_t b = 0; b < len; b += blk) {
+    size_t m = len - b < blk ? len - b : blk, o = b * es;
+    s->reduce(dst + o, src[order[0]] + o, src[order[1]] + o, m);
+    for (int i = 2; i < n; i++) s->reduce(dst + o, dst + o, src[order[i]] + o, m);
+    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst + o, m, t->args.dtype, t->nranks);
+    for (int q = 0; copies && q < t->nranks; q++)
+      if (copies[q] && copies[q] + o != dst + o) memcpy(copies[q] + o, dst + o, m * es);
+  }
+}
 
 #endif /* CHORUS_ALGO_SHM_H */
