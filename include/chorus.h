@@ -178,6 +178,12 @@ CHORUS_API chorus_status_t chorus_comm_host_count(const chorus_comm_t* comm, int
  * sequence number and peer), or "" if none. Valid until the next call on comm. */
 CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm);
 
+/* Writes the communicator's flight recorder (its last operations: kind, sequence number, dtype,
+ * count, root, algorithm, state, timestamps, status) as JSON to path, or to stderr when path is
+ * NULL. SIGUSR1 does the same for every communicator of the process (CHORUS_DUMP_ON_SIGNAL).
+ * Not collective. Returns OK, ERR_INVALID_ARG, ERR_SYSTEM (path cannot be written). */
+CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* path);
+
 /* ---- registered memory ----
  * Buffers that every rank of the host can map, so same-host collectives on them copy nothing
  * into staging areas (the models are NCCL's ncclMemAlloc and HCCL's symmetric windows). */

@@ -122,7 +122,7 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
   pthread_mutex_init(&comm->api_mu, NULL);
   pthread_cond_init(&comm->cv, NULL);
   *out = comm;
-  if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->host_of_rank) {
+  if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->host_of_rank || chorus__trace_comm_init(comm) < 0) {
     chorus__comm_free(comm);
     return CHORUS_ERR_NO_MEMORY;
   }
@@ -131,6 +131,7 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
 
 void chorus__comm_free(chorus_comm_t* comm) {
   if (!comm) return;
+  chorus__trace_comm_fini(comm);
   chorus__transport_destroy(&comm->tp);
   free(comm->p2p_send_seq);
   free(comm->p2p_recv_seq);

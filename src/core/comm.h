@@ -12,6 +12,7 @@
 #include "algo/algo.h"
 #include "coll/task.h"
 #include "core/store.h"
+#include "core/trace.h"
 #include "transport/transport.h"
 
 struct chorus_req {
@@ -64,6 +65,9 @@ struct chorus_comm {
   char last_error[1024];
   pthread_t bg_thread;
   int bg_started, bg_stop;
+
+  chorus_recorder_t recorder;
+  struct chorus_comm* trace_next; /* the process's list of communicators, for SIGUSR1 dumps */
 };
 
 /* Records an error sentence as the communicator's last error and logs it once. */

@@ -34,6 +34,7 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
   t->next = NULL;
   if (t->algo && t->algo->fini) t->algo->fini(t);
   t->state = NULL;
+  chorus__trace_finished(comm, t, st);
   __atomic_store_n(&t->status, st, __ATOMIC_RELEASE);
   CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
            (unsigned long long)t->seq, chorus_status_name(st),
@@ -102,6 +103,7 @@ static int progress_pass(chorus_comm_t* comm) {
       t->start_ns = now;
       comm->last_activity_ns = now;
       chorus__conn_publish_signature(t);
+      chorus__trace_started(comm, t);
     }
     int phase_before = t->phase;
     size_t step_before = t->step;
@@ -206,6 +208,7 @@ chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
   if (comm->tail) comm->tail->next = t;
   else comm->head = t;
   comm->tail = t;
+  chorus__trace_posted(comm, t);
   chorus_req_t* req = (chorus_req_t*)t;
   req->live_next = comm->live;
   if (comm->live) comm->live->live_prev = req;
