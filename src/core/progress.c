@@ -83,6 +83,12 @@ static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
                            left, is_send ? "to" : "from", peer, comm->tp.peers[peer].host);
   else
     chorus__comm_set_error(comm, "%s timed out: no progress for %.1f s", what, (double)idle_ns / 1e9);
+  char culprits[600];
+  chorus__conn_culprits(t, culprits, sizeof(culprits));
+  if (culprits[0]) {
+    size_t len = strlen(comm->last_error);
+    snprintf(comm->last_error + len, sizeof(comm->last_error) - len, "; verdict: %s", culprits);
+  }
   chorus__engine_fail(comm, CHORUS_ERR_TIMEOUT);
 }
 

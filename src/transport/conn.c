@@ -308,3 +308,25 @@ static char* zc_peer(chorus_task_t* t, int rank, int which) {
 
 char* chorus__conn_zc_send(chorus_task_t* t, int rank) { return zc_peer(t, rank, 0); }
 char* chorus__conn_zc_recv(chorus_task_t* t, int rank) { return zc_peer(t, rank, 1); }
+
+void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen) {
+  out[0] = '\0';
+  if (!chorus__conn_shm_avail(t)) return;
+  uint64_t mine[6];
+  signature_of(t, mine);
+  size_t len = 0;
+  int behind = 0;
+  for (int r = 0; r < t->nranks && len + 160 < outlen; r++) {
+    if (r == t->rank) continue;
+    uint64_t theirs[6];
+    const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, r);
+    for (int tries = 0; tries < 100 && !read_signature(c, theirs); tries++) {
+    }
+    if (theirs[0] >= mine[0]) continue;
+    char last[160] = "nothing yet";
+    if (theirs[0]) describe_signature(theirs, last, sizeof(last));
+    len += (size_t)snprintf(out + len, outlen - len, "%srank %d (host %s) never posted %s #%llu (its last operation: %s)",
+                            behind++ ? "; " : "", r, tp_of(t)->peers[r].host, chorus__coll_name(t->args.coll),
+                            (unsigned long long)t->seq, last);
+  }
+}

@@ -77,6 +77,9 @@ void chorus__conn_zc_publish(chorus_task_t* t);
 /* Rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
 char* chorus__conn_zc_send(chorus_task_t* t, int rank);
 char* chorus__conn_zc_recv(chorus_task_t* t, int rank);
+/* After a timeout: a sentence naming the ranks that never reached t's operation, read from the
+ * signatures every rank of the host publishes; "" when the communicator spans hosts. */
+void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen);
 /* Called by the engine when a task starts: publishes its signature. */
 void chorus__conn_publish_signature(chorus_task_t* t);
 
