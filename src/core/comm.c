@@ -22,36 +22,38 @@ void chorus__comm_set_error(chorus_comm_t* comm, const char* fmt, ...) {
   va_end(ap);
 }
 
-/* CHORUS_ALGO: "ring" for every collective that has it, or "allreduce:ring,broadcast:tree". */
+/* Forces algorithm `name` on every collective: those that have it use it, the others fail at
+ * call time with a clear error. 0 when no collective has it. */
+static int force_everywhere(chorus_comm_t* comm, const char* name) {
+  int found = 0;
+  for (int c = 0; c < CH_COLL_COUNT; c++) {
+    comm->forced[c] = chorus__algo_find((chorus_coll_t)c, name);
+    snprintf(comm->forced_name[c], sizeof(comm->forced_name[c]), "%.31s", name);
+    found |= comm->forced[c] != NULL;
+  }
+  return found;
+}
+
+/* CHORUS_ALGO: a list of "name" (every collective) and "collective:name" items, applied left
+ * to right: "ring", "allreduce:ring,broadcast:tree", "ring,barrier:dissemination". */
 static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, char* err, size_t errlen) {
   snprintf(comm->algo_spec, sizeof(comm->algo_spec), "%s", spec);
-  if (!spec[0]) return CHORUS_OK;
   char buf[256];
   snprintf(buf, sizeof(buf), "%s", spec);
-  if (!strchr(buf, ':')) {
-    int found = 0;
-    for (int c = 0; c < CH_COLL_COUNT; c++) {
-      comm->forced[c] = chorus__algo_find((chorus_coll_t)c, buf);
-      snprintf(comm->forced_name[c], sizeof(comm->forced_name[c]), "%.31s", buf);
-      found |= comm->forced[c] != NULL;
-    }
-    if (!found) {
-      snprintf(err, errlen, "CHORUS_ALGO=%s names no algorithm (chorus-diag --algos lists them)", spec);
-      return CHORUS_ERR_INVALID_ARG;
-    }
-    return CHORUS_OK;
-  }
   for (char *save = NULL, *tok = strtok_r(buf, ",;", &save); tok; tok = strtok_r(NULL, ",;", &save)) {
     char* colon = strchr(tok, ':');
-    int coll = -1;
-    if (colon) {
-      *colon = '\0';
-      coll = chorus__coll_from_name(tok);
+    if (!colon) {
+      if (force_everywhere(comm, tok)) continue;
+      snprintf(err, errlen, "CHORUS_ALGO=%s: no collective has an algorithm named \"%s\" (chorus-diag --algos lists them)",
+               spec, tok);
+      return CHORUS_ERR_INVALID_ARG;
     }
+    *colon = '\0';
+    int coll = chorus__coll_from_name(tok);
     const chorus_algo_t* a = coll >= 0 ? chorus__algo_find((chorus_coll_t)coll, colon + 1) : NULL;
-    if (!a) {
-      snprintf(err, errlen, "CHORUS_ALGO=%s: \"%s%s%s\" is not a known collective:algorithm pair (chorus-diag --algos lists them)",
-               spec, tok, colon ? ":" : "", colon ? colon + 1 : "");
+    if (!a || !colon[1]) {
+      snprintf(err, errlen, "CHORUS_ALGO=%s: \"%s:%s\" is not a known collective:algorithm pair (chorus-diag --algos lists them)",
+               spec, tok, colon + 1);
       return CHORUS_ERR_INVALID_ARG;
     }
     comm->forced[coll] = a;

@@ -281,6 +281,21 @@ TEST(algo_override_applies_and_refuses_clearly) {
   unsetenv("CHORUS_ALGO");
 }
 
+/* Bare names and pairs mix, applied left to right: ring everywhere it exists, and a barrier. */
+static int algo_mixed_body(chorus_comm_t* c, int rank, void* arg) {
+  (void)rank;
+  (void)arg;
+  ASSERT_EQ(check_sum(c), 0);
+  ASSERT_COMM_OK(c, chorus_barrier(c));
+  return 0;
+}
+
+TEST(algo_override_mixes_names_and_pairs) {
+  setenv("CHORUS_ALGO", "ring,barrier:dissemination", 1);
+  ASSERT_EQ(run_ranks(3, algo_mixed_body, NULL), 0);
+  unsetenv("CHORUS_ALGO");
+}
+
 /* A rank that never calls: the others time out within the timeout, naming it. */
 static int timeout_body(chorus_comm_t* c, int rank, void* arg) {
   (void)arg;

@@ -1,0 +1,493 @@
+/*
+ * chorus-perf.c - the Chorus benchmark, in the style of nccl-tests. For each collective, dtype,
+ * op and message size it times the call (average per iteration, the maximum over ranks), prints
+ * algbw and busbw, and with -c 1 first checks one untimed call bitwise against results every
+ * rank computes on its own (perf_check.h; flags in perf_opts.h). Run under the launcher, e.g.
+ *   chorus-run -n 4 chorus-perf allreduce -b 8 -e 64M -f 2 -c 1
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chorus.h"
+#include "perf_check.h"
+#include "perf_opts.h"
+
+/* ---- one call ---- */
+
+typedef struct {
+  perf_coll_t coll;
+  void* send;
+  void* recv;
+  size_t count; /* the count argument of the call */
+  chorus_dtype_t dtype;
+  chorus_op_t op;
+  int root, rank, nranks;
+} perf_call_t;
+
+static chorus_status_t post_call(const perf_call_t* c, chorus_comm_t* comm, chorus_req_t** req) {
+  int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+  const void* sb = c->send;
+  void* rb = c->recv;
+  size_t n = c->count;
+  chorus_dtype_t dt = c->dtype;
+  switch (c->coll) {
+    case PC_ALLREDUCE: return chorus_iallreduce(sb, rb, n, dt, c->op, comm, req);
+    case PC_BROADCAST: return chorus_ibroadcast(sb, rb, n, dt, c->root, comm, req);
+    case PC_REDUCE: return chorus_ireduce(sb, rb, n, dt, c->op, c->root, comm, req);
+    case PC_ALLGATHER: return chorus_iallgather(sb, rb, n, dt, comm, req);
+    case PC_REDUCE_SCATTER: return chorus_ireduce_scatter(sb, rb, n, dt, c->op, comm, req);
+    case PC_ALLTOALL: return chorus_ialltoall(sb, rb, n, dt, comm, req);
+    case PC_GATHER: return chorus_igather(sb, rb, n, dt, c->root, comm, req);
+    case PC_SCATTER: return chorus_iscatter(sb, rb, n, dt, c->root, comm, req);
+    case PC_SENDRECV: return chorus_isendrecv(sb, n, next, rb, n, prev, dt, comm, req);
+    case PC_BARRIER: return chorus_ibarrier(comm, req);
+    default: return CHORUS_ERR_INVALID_ARG;
+  }
+}
+
+static chorus_status_t blocking_call(const perf_call_t* c, chorus_comm_t* comm) {
+  int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+  const void* sb = c->send;
+  void* rb = c->recv;
+  size_t n = c->count;
+  chorus_dtype_t dt = c->dtype;
+  switch (c->coll) {
+    case PC_ALLREDUCE: return chorus_allreduce(sb, rb, n, dt, c->op, comm);
+    case PC_BROADCAST: return chorus_broadcast(sb, rb, n, dt, c->root, comm);
+    case PC_REDUCE: return chorus_reduce(sb, rb, n, dt, c->op, c->root, comm);
+    case PC_ALLGATHER: return chorus_allgather(sb, rb, n, dt, comm);
+    case PC_REDUCE_SCATTER: return chorus_reduce_scatter(sb, rb, n, dt, c->op, comm);
+    case PC_ALLTOALL: return chorus_alltoall(sb, rb, n, dt, comm);
+    case PC_GATHER: return chorus_gather(sb, rb, n, dt, c->root, comm);
+    case PC_SCATTER: return chorus_scatter(sb, rb, n, dt, c->root, comm);
+    case PC_SENDRECV: return chorus_sendrecv(sb, n, next, rb, n, prev, dt, comm);
+    case PC_BARRIER: return chorus_barrier(comm);
+    default: return CHORUS_ERR_INVALID_ARG;
+  }
+}
+
+static chorus_status_t run_call(const perf_call_t* c, chorus_comm_t* comm, int nonblocking) {
+  if (!nonblocking) return blocking_call(c, comm);
+  chorus_req_t* req = NULL;
+  chorus_status_t st = post_call(c, comm, &req);
+  if (st < 0) return st;
+  st = chorus_wait(req);
+  chorus_req_free(req);
+  return st;
+}
+
+/* Points send/recv into the two buffers. In place follows chorus.h: the same buffer, or for
+ * allgather/gather the caller's slot of recvbuf, for reduce_scatter recvbuf = sendbuf + rank's
+ * block, and for scatter (root only) recvbuf = root's block of sendbuf. */
+static void bind_buffers(perf_call_t* c, char* send_base, char* recv_base, int inplace) {
+  size_t block_bytes = c->count * chorus_dtype_size(c->dtype);
+  c->send = send_base;
+  c->recv = recv_base;
+  if (!inplace || c->coll == PC_SENDRECV) return;
+  switch (c->coll) {
+    case PC_ALLGATHER:
+    case PC_GATHER: c->send = recv_base + (size_t)c->rank * block_bytes; break;
+    case PC_REDUCE_SCATTER: c->recv = send_base + (size_t)c->rank * block_bytes; break;
+    case PC_SCATTER:
+      if (c->rank == c->root) c->recv = send_base + (size_t)c->root * block_bytes;
+      break;
+    default: c->send = recv_base; break;
+  }
+}
+
+/* ---- the check of one call ---- */
+
+/* Elements of the output buffer (sentinel-filled before the call). */
+static size_t output_count(const perf_call_t* c) {
+  int whole = c->coll == PC_ALLGATHER || c->coll == PC_GATHER || c->coll == PC_ALLTOALL;
+  return whole ? c->count * (size_t)c->nranks : c->count;
+}
+
+/* Elements of this rank's input, or 0 where its send buffer is not read. */
+static size_t input_count(const perf_call_t* c) {
+  switch (c->coll) {
+    case PC_REDUCE_SCATTER:
+    case PC_ALLTOALL: return c->count * (size_t)c->nranks;
+    case PC_SCATTER: return c->rank == c->root ? c->count * (size_t)c->nranks : 0;
+    case PC_BARRIER: return 0;
+    default: return c->count;
+  }
+}
+
+/* Sentinel over the outputs, then this rank's pattern over its inputs (in place, the inputs
+ * lie inside the output buffer and overwrite part of the sentinel). */
+static void prepare_check(const perf_call_t* c, const perf_pattern_t* p, int inplace) {
+  memset(c->recv, PAT_SENTINEL_BYTE, output_count(c) * p->elem_bytes);
+  if (c->coll == PC_BROADCAST && inplace && c->rank != c->root) return; /* send is the output */
+  region_fill(c->send, input_count(c), p->input[c->rank], p->elem_bytes, 0);
+}
+
+/* Wrong elements of this rank's outputs, plus out of place any changed input element. */
+static uint64_t count_wrong(const perf_call_t* c, const perf_pattern_t* p, int inplace) {
+  size_t eb = p->elem_bytes, n = c->count, me = (size_t)c->rank;
+  int prev = (c->rank + c->nranks - 1) % c->nranks;
+  uint64_t wrong = 0;
+  switch (c->coll) {
+    case PC_ALLREDUCE: wrong = region_count_wrong(c->recv, n, p->reduced, eb, 0); break;
+    case PC_REDUCE:
+      if (c->rank == c->root) wrong = region_count_wrong(c->recv, n, p->reduced, eb, 0);
+      break;
+    case PC_REDUCE_SCATTER: wrong = region_count_wrong(c->recv, n, p->reduced, eb, me * n); break;
+    case PC_BROADCAST: wrong = region_count_wrong(c->recv, n, p->input[c->root], eb, 0); break;
+    case PC_SCATTER: wrong = region_count_wrong(c->recv, n, p->input[c->root], eb, me * n); break;
+    case PC_SENDRECV: wrong = region_count_wrong(c->recv, n, p->input[prev], eb, 0); break;
+    case PC_ALLGATHER:
+    case PC_GATHER:
+    case PC_ALLTOALL:
+      if (c->coll == PC_GATHER && c->rank != c->root) break;
+      for (int r = 0; r < c->nranks; r++) {
+        size_t first = c->coll == PC_ALLTOALL ? me * n : 0; /* block `me` of rank r's send */
+        char* block = (char*)c->recv + (size_t)r * n * eb;
+        wrong += region_count_wrong(block, n, p->input[r], eb, first);
+      }
+      break;
+    default: break;
+  }
+  if (!inplace) { /* the send buffer is const: it must come back unchanged */
+    wrong += region_count_wrong(c->send, input_count(c), p->input[c->rank], eb, 0);
+  }
+  return wrong;
+}
+
+/* The -x self-test: flip one bit of one element that this rank checks. */
+static void corrupt_output(const perf_call_t* c) {
+  int checker = (c->coll == PC_REDUCE || c->coll == PC_GATHER) ? c->root : 0;
+  if (c->rank == checker && output_count(c) > 0 && c->coll != PC_BARRIER) {
+    ((unsigned char*)c->recv)[0] ^= 0x01;
+  }
+}
+
+/* ---- rows, output ---- */
+
+typedef struct {
+  perf_coll_t coll;
+  size_t size_bytes, count;
+  const char* type;
+  const char* redop;
+  const char* algo;
+  double time_us, algbw_gbps, busbw_gbps;
+  uint64_t wrong;
+} perf_row_t;
+
+typedef struct {
+  perf_opts_t opts;
+  chorus_comm_t* comm;
+  int rank, nranks;
+  char* send_base;
+  char* recv_base;
+  size_t buffer_bytes;
+  perf_pattern_t pattern;
+  FILE* json;
+  int json_rows;
+  double busbw_sum;
+  int busbw_rows;
+  uint64_t wrong_total;
+  char host[256];
+  char version[32];
+} perf_ctx_t;
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* The algorithm CHORUS_ALGO forces for this collective ("ring" or "allreduce:ring,..."), or
+ * "auto". */
+static const char* forced_algo(perf_coll_t coll, char* out, size_t out_bytes) {
+  const char* env = getenv("CHORUS_ALGO");
+  snprintf(out, out_bytes, "auto");
+  if (env == NULL) return out;
+  char list[512];
+  snprintf(list, sizeof list, "%s", env);
+  char* save = NULL;
+  for (char* item = strtok_r(list, ", ", &save); item; item = strtok_r(NULL, ", ", &save)) {
+    char* colon = strchr(item, ':');
+    if (colon == NULL) snprintf(out, out_bytes, "%s", item);
+    else if ((size_t)(colon - item) == strlen(coll_info[coll].name) &&
+             strncmp(item, coll_info[coll].name, (size_t)(colon - item)) == 0)
+      snprintf(out, out_bytes, "%s", colon + 1);
+  }
+  return out;
+}
+
+static void json_string(FILE* f, const char* key, const char* value, const char* sep) {
+  fprintf(f, "\"%s\": \"", key);
+  for (const char* s = value; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    if ((unsigned char)*s >= 0x20) fputc(*s, f);
+  }
+  fprintf(f, "\"%s", sep);
+}
+
+static void json_open(perf_ctx_t* ctx, int argc, char** argv) {
+  const perf_opts_t* o = &ctx->opts;
+  FILE* f = ctx->json;
+  char command[1024] = "";
+  for (int i = 0; i < argc; i++) {
+    size_t used = strlen(command);
+    snprintf(command + used, sizeof command - used, "%s%s", i ? " " : "", argv[i]);
+  }
+  const char* algo_env = getenv("CHORUS_ALGO");
+  const char* nsocks_env = getenv("CHORUS_NSOCKS_PER_PEER");
+  fprintf(f, "{\"params\": {");
+  json_string(f, "command", command, ", ");
+  json_string(f, "host", ctx->host, ", ");
+  json_string(f, "chorus_version", ctx->version, ", ");
+  fprintf(f, "\"nranks\": %d, \"min_bytes\": %zu, \"max_bytes\": %zu, \"step_factor\": %zu, ",
+          ctx->nranks, o->min_bytes, o->max_bytes, o->step_bytes ? 0 : o->step_factor);
+  fprintf(f, "\"step_bytes\": %zu, \"iters\": %d, \"warmup\": %d, \"check\": %d, ", o->step_bytes,
+          o->iters, o->warmup, o->check);
+  fprintf(f, "\"inplace\": %d, \"nonblocking\": %d, \"root\": %d, ", o->inplace, o->nonblocking,
+          o->root);
+  json_string(f, "dtype", o->dtype_all ? "all" : chorus_dtype_name(o->dtype), ", ");
+  json_string(f, "op", o->op_all ? "all" : chorus_op_name(o->op), ", ");
+  json_string(f, "CHORUS_ALGO", algo_env ? algo_env : "", ", ");
+  json_string(f, "CHORUS_NSOCKS_PER_PEER", nsocks_env ? nsocks_env : "", "");
+  fprintf(f, "},\n \"rows\": [");
+}
+
+static void json_row(perf_ctx_t* ctx, const perf_row_t* row, size_t call_count) {
+  FILE* f = ctx->json;
+  fprintf(f, "%s\n  {", ctx->json_rows++ ? "," : "");
+  json_string(f, "collective", coll_info[row->coll].name, ", ");
+  fprintf(f, "\"size_bytes\": %zu, \"count\": %zu, \"call_count\": %zu, ", row->size_bytes,
+          row->count, call_count);
+  json_string(f, "type", row->type, ", ");
+  json_string(f, "redop", row->redop, ", ");
+  json_string(f, "algo", row->algo, ", ");
+  fprintf(f, "\"time_us\": %.3f, \"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"wrong\": %llu}",
+          row->time_us, row->algbw_gbps, row->busbw_gbps, (unsigned long long)row->wrong);
+}
+
+static void json_close(perf_ctx_t* ctx, double avg_busbw, const char* status) {
+  fprintf(ctx->json, "\n ],\n \"avg_busbw_gbps\": %.6f, \"wrong_total\": %llu, ", avg_busbw,
+          (unsigned long long)ctx->wrong_total);
+  json_string(ctx->json, "status", status, "}\n");
+  fclose(ctx->json);
+  ctx->json = NULL;
+}
+
+static void print_header(const perf_ctx_t* ctx, perf_coll_t coll) {
+  const perf_opts_t* o = &ctx->opts;
+  char algo[128];
+  printf("#\n# collective: %s\n", coll_info[coll].name);
+  printf("# nranks %d | dtype %s | op %s | root %d | iters %d | warmup %d | check %d | %s | %s\n",
+         ctx->nranks, o->dtype_all ? "all" : chorus_dtype_name(o->dtype),
+         coll_info[coll].reduces ? (o->op_all ? "all" : chorus_op_name(o->op)) : "none", o->root,
+         o->iters, o->warmup, o->check, o->inplace ? "in place" : "out of place",
+         o->nonblocking ? "non-blocking" : "blocking");
+  printf("# host %s | chorus %s | algo %s\n#\n", ctx->host, ctx->version,
+         forced_algo(coll, algo, sizeof algo));
+  printf("#%12s %12s %9s %6s %13s %10s %12s %12s %7s\n", "size", "count", "type", "redop", "algo",
+         "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  fflush(stdout);
+}
+
+static void print_row(const perf_row_t* r) {
+  printf(" %12zu %12zu %9s %6s %13s %10.2f %12.3f %12.3f %7llu\n", r->size_bytes, r->count, r->type,
+         r->redop, r->algo, r->time_us, r->algbw_gbps, r->busbw_gbps, (unsigned long long)r->wrong);
+  fflush(stdout);
+}
+
+/* Reports a failed call on this rank and breaks the communicator so peers stop waiting. */
+static int fail_call(perf_ctx_t* ctx, const char* what, const perf_call_t* c, size_t size_bytes,
+                     chorus_status_t st) {
+  fprintf(stderr, "chorus-perf: rank %d: %s of %s (size %zu, %s) failed: %s: %s\n", ctx->rank,
+          what, coll_info[c->coll].name, size_bytes, chorus_dtype_name(c->dtype),
+          chorus_status_name(st), chorus_comm_last_error(ctx->comm));
+  if (ctx->json != NULL) json_close(ctx, 0.0, chorus_status_name(st));
+  return -1;
+}
+
+/* ---- measuring one row ---- */
+
+/* The call's count for a row of `size_bytes`, or 0 when the size does not divide evenly. */
+static size_t call_count_for(perf_coll_t coll, size_t size_bytes, size_t elem_bytes, int nranks) {
+  size_t unit = elem_bytes * (coll_info[coll].blocked ? (size_t)nranks : 1);
+  if (size_bytes == 0 || size_bytes % unit != 0) return 0;
+  return size_bytes / unit;
+}
+
+/* Runs the untimed checked call; sums wrong elements over ranks into *wrong. */
+static chorus_status_t check_row(perf_ctx_t* ctx, const perf_call_t* c, uint64_t* wrong) {
+  prepare_check(c, &ctx->pattern, ctx->opts.inplace);
+  chorus_status_t st = run_call(c, ctx->comm, ctx->opts.nonblocking);
+  if (st < 0) return st;
+  if (ctx->opts.corrupt) corrupt_output(c);
+  uint64_t local_wrong = count_wrong(c, &ctx->pattern, ctx->opts.inplace);
+  return chorus_allreduce(&local_wrong, wrong, 1, CHORUS_UINT64, CHORUS_SUM, ctx->comm);
+}
+
+/* Times warmup + iters calls; *time_us gets the average per call, maximum over ranks. */
+static chorus_status_t time_row(perf_ctx_t* ctx, const perf_call_t* c, double* time_us) {
+  chorus_status_t st = CHORUS_OK;
+  int nonblocking = ctx->opts.nonblocking;
+  for (int i = 0; i < ctx->opts.warmup && st >= 0; i++) st = run_call(c, ctx->comm, nonblocking);
+  if (st >= 0) st = chorus_barrier(ctx->comm);
+  double start_us = now_us();
+  for (int i = 0; i < ctx->opts.iters && st >= 0; i++) st = run_call(c, ctx->comm, nonblocking);
+  double local_us = (now_us() - start_us) / ctx->opts.iters;
+  if (st < 0) return st;
+  return chorus_allreduce(&local_us, time_us, 1, CHORUS_FLOAT64, CHORUS_MAX, ctx->comm);
+}
+
+/* One row: check (if asked), time, print. Returns 0, or -1 after a failed call. */
+static int run_row(perf_ctx_t* ctx, perf_coll_t coll, chorus_dtype_t dtype, chorus_op_t op,
+                   size_t size_bytes, size_t call_count) {
+  perf_call_t c = {.coll = coll, .count = call_count, .dtype = dtype, .op = op,
+                   .root = ctx->opts.root, .rank = ctx->rank, .nranks = ctx->nranks};
+  bind_buffers(&c, ctx->send_base, ctx->recv_base, ctx->opts.inplace);
+  uint64_t wrong = 0;
+  chorus_status_t st = CHORUS_OK;
+  if (ctx->opts.check && coll != PC_BARRIER) st = check_row(ctx, &c, &wrong);
+  else if (coll != PC_BARRIER) prepare_check(&c, &ctx->pattern, ctx->opts.inplace); /* no garbage */
+  if (st < 0) return fail_call(ctx, "checked call", &c, size_bytes, st);
+  double time_us = 0;
+  st = time_row(ctx, &c, &time_us);
+  if (st < 0) return fail_call(ctx, "timed call", &c, size_bytes, st);
+
+  char algo[128];
+  perf_row_t row = {.coll = coll, .size_bytes = size_bytes, .time_us = time_us, .wrong = wrong,
+                    .algo = forced_algo(coll, algo, sizeof algo)};
+  row.count = coll == PC_BARRIER ? 0 : size_bytes / chorus_dtype_size(dtype);
+  row.type = coll == PC_BARRIER ? "none" : chorus_dtype_name(dtype);
+  row.redop = coll_info[coll].reduces ? chorus_op_name(op) : "none";
+  row.algbw_gbps = time_us > 0 ? (double)size_bytes / time_us / 1e3 : 0;
+  row.busbw_gbps = row.algbw_gbps * bus_factor(coll, ctx->nranks);
+  ctx->wrong_total += wrong;
+  if (coll != PC_BARRIER) ctx->busbw_sum += row.busbw_gbps, ctx->busbw_rows++;
+  if (ctx->rank == 0) {
+    print_row(&row);
+    if (ctx->json != NULL) json_row(ctx, &row, call_count);
+  }
+  return 0;
+}
+
+static size_t next_size(const perf_opts_t* o, size_t size_bytes) {
+  size_t next = o->step_bytes ? size_bytes + o->step_bytes : size_bytes * o->step_factor;
+  return next > size_bytes ? next : size_bytes + 1; /* 0 * factor would never grow */
+}
+
+/* Every size of one (collective, dtype, op). */
+static int run_sizes(perf_ctx_t* ctx, perf_coll_t coll, chorus_dtype_t dtype, chorus_op_t op) {
+  if (coll == PC_BARRIER) return run_row(ctx, coll, dtype, op, 0, 0);
+  if (pattern_build(&ctx->pattern, dtype, op, ctx->nranks) != 0) {
+    fprintf(stderr, "chorus-perf: rank %d: out of memory for the input patterns\n", ctx->rank);
+    return -1;
+  }
+  size_t elem_bytes = chorus_dtype_size(dtype);
+  for (size_t s = ctx->opts.min_bytes; s <= ctx->opts.max_bytes; s = next_size(&ctx->opts, s)) {
+    size_t count = call_count_for(coll, s, elem_bytes, ctx->nranks);
+    if (count > 0 && run_row(ctx, coll, dtype, op, s, count) != 0) return -1;
+    if (s > SIZE_MAX / (ctx->opts.step_factor + 1)) break;
+  }
+  return 0;
+}
+
+/* Every (dtype, op) of one collective; barrier runs once, data movers once per dtype. */
+static int run_collective(perf_ctx_t* ctx, perf_coll_t coll) {
+  const perf_opts_t* o = &ctx->opts;
+  if (ctx->rank == 0) print_header(ctx, coll);
+  int first_dtype = o->dtype_all ? 0 : (int)o->dtype;
+  int last_dtype = (o->dtype_all && coll != PC_BARRIER) ? CHORUS_DTYPE_COUNT - 1 : first_dtype;
+  int first_op = o->op_all ? 0 : (int)o->op;
+  int last_op = (o->op_all && coll_info[coll].reduces) ? CHORUS_OP_COUNT - 1 : first_op;
+  for (int d = first_dtype; d <= last_dtype; d++) {
+    for (int op = first_op; op <= last_op; op++) {
+      if (run_sizes(ctx, coll, (chorus_dtype_t)d, (chorus_op_t)op) != 0) return -1;
+    }
+  }
+  return 0;
+}
+
+/* ---- set-up and main ---- */
+
+static int setup(perf_ctx_t* ctx) {
+  chorus_status_t st = chorus_comm_init_env(&ctx->comm, NULL);
+  if (st < 0) {
+    fprintf(stderr, "chorus-perf: chorus_comm_init_env failed: %s (%s)\n", chorus_status_name(st),
+            chorus_status_str(st));
+    return -1;
+  }
+  chorus_comm_rank(ctx->comm, &ctx->rank);
+  chorus_comm_size(ctx->comm, &ctx->nranks);
+  if (gethostname(ctx->host, sizeof ctx->host - 1) != 0) snprintf(ctx->host, sizeof ctx->host, "?");
+  int v = chorus_version();
+  snprintf(ctx->version, sizeof ctx->version, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  /* Every buffer of a row holds at most `size` bytes; round up to whole cache lines. */
+  ctx->buffer_bytes = ((ctx->opts.max_bytes > 64 ? ctx->opts.max_bytes : 64) + 63) & ~(size_t)63;
+  ctx->send_base = aligned_alloc(64, ctx->buffer_bytes);
+  ctx->recv_base = aligned_alloc(64, ctx->buffer_bytes);
+  if (ctx->send_base == NULL || ctx->recv_base == NULL) {
+    fprintf(stderr, "chorus-perf: rank %d: cannot allocate 2 x %zu bytes\n", ctx->rank,
+            ctx->buffer_bytes);
+    return -1;
+  }
+  return 0;
+}
+
+static void teardown(perf_ctx_t* ctx, int failed) {
+  if (failed && ctx->comm != NULL) chorus_comm_abort(ctx->comm);
+  chorus_comm_destroy(ctx->comm);
+  pattern_free(&ctx->pattern);
+  free(ctx->send_base);
+  free(ctx->recv_base);
+}
+
+static int set_forced_algo(const perf_opts_t* o) {
+  if (o->algo == NULL) return 0;
+  for (int c = 0; c < PC_COUNT; c++) {
+    if (!o->run_coll[c]) continue;
+    char value[256];
+    snprintf(value, sizeof value, "%s:%s", coll_info[c].name, o->algo);
+    return setenv("CHORUS_ALGO", value, 1);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  static perf_ctx_t ctx;
+  int parsed = parse_args(argc, argv, &ctx.opts);
+  if (parsed != 0) return parsed > 0 ? 0 : EXIT_BAD_USAGE;
+  set_forced_algo(&ctx.opts);
+  if (setup(&ctx) != 0) return teardown(&ctx, 1), 1;
+  if (ctx.opts.root >= ctx.nranks) {
+    if (ctx.rank == 0) {
+      fprintf(stderr, "chorus-perf: -r %d: only %d ranks\n", ctx.opts.root, ctx.nranks);
+    }
+    chorus_barrier(ctx.comm); /* let rank 0 say why before chorus-run stops the job */
+    return teardown(&ctx, 0), EXIT_BAD_USAGE;
+  }
+  if (ctx.rank == 0 && ctx.opts.json_path != NULL) {
+    ctx.json = fopen(ctx.opts.json_path, "w");
+    if (ctx.json != NULL) json_open(&ctx, argc, argv);
+    else fprintf(stderr, "chorus-perf: cannot write %s: %s\n", ctx.opts.json_path, strerror(errno));
+  }
+  int failed = 0;
+  for (int c = 0; c < PC_COUNT && !failed; c++) {
+    if (ctx.opts.run_coll[c]) failed = run_collective(&ctx, (perf_coll_t)c) != 0;
+  }
+  double avg_busbw = ctx.busbw_rows ? ctx.busbw_sum / ctx.busbw_rows : 0.0;
+  if (!failed && ctx.rank == 0) {
+    printf("#\n# Wrong elements : %llu %s\n", (unsigned long long)ctx.wrong_total,
+           ctx.wrong_total ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth : %.3f\n#\n", avg_busbw);
+    if (ctx.json != NULL) json_close(&ctx, avg_busbw, "CHORUS_OK");
+  }
+  /* A rank that exits non-zero makes chorus-run stop the others: wait until rank 0 has printed. */
+  if (!failed) fflush(stdout), chorus_barrier(ctx.comm);
+  teardown(&ctx, failed);
+  return (failed || ctx.wrong_total > 0) ? 1 : 0;
+}
