@@ -63,4 +63,37 @@ typedef struct {
   uint64_t arg;   /* GET: value bytes; ADD: new value */
 } chorus_store_resp_t;
 
+/* ---- the server's per-client protocol, exposed for the fuzz targets (tests/fuzz) ---- */
+
+/* One message at the start of a client's unconsumed input. */
+typedef struct {
+  int is_hello;           /* the connection's first message (the client was not authed) */
+  const char* reject;     /* hello: why it is refused, NULL when accepted */
+  chorus_store_req_t req; /* request: its fixed header */
+  char key[CHORUS_STORE_MAX_KEY + 1]; /* request: the key, NUL-terminated */
+  const char* val;        /* SET: the value, pointing into the input */
+  size_t vallen;          /* SET: value bytes; 0 otherwise */
+  size_t nbytes;          /* input bytes the message occupies */
+} chorus_store_msg_t;
+
+/* Parses the first message of in[0 .. in_len): the hello when !authed, else a request. Pure (no
+ * allocation, no I/O); never reads past in_len. Returns 1 when *msg holds a complete message,
+ * 0 when more bytes are needed, -1 for a malformed request (the server drops such a client). */
+int chorus__store_parse(const char* in, size_t in_len, int authed,
+                        const uint8_t secret[CHORUS_SECRET_BYTES], chorus_store_msg_t* msg);
+
+/* The server's state without its socket and thread: clients are added with an fd that
+ * replies are written to, and their input is fed as the poll loop would have read it. */
+typedef struct chorus_store_server chorus_store_server_t;
+chorus_store_server_t* chorus__store_server_new(const uint8_t secret[CHORUS_SECRET_BYTES]);
+/* Adds a client answering on fd (the state closes fd when it drops the client). 0 or -1. */
+int chorus__store_server_add_client(chorus_store_server_t* s, int fd);
+size_t chorus__store_server_nclients(const chorus_store_server_t* s);
+/* Appends bytes to client i's input in the server's read-buffer steps (with its size bound),
+ * serving complete requests as they arrive, then serves waits as one poll round does. Returns 0,
+ * or -1 when the server dropped the client (its fd is closed; the last client takes index i). */
+int chorus__store_server_feed(chorus_store_server_t* s, size_t i, const void* bytes, size_t len);
+/* Drops every client (closing their fds) and frees every key and value. */
+void chorus__store_server_free(chorus_store_server_t* s);
+
 #endif /* CHORUS_STORE_H */

@@ -33,8 +33,8 @@ typedef struct {
   uint64_t wait_deadline_ns;
 } client_t;
 
-typedef struct {
-  int listen_fd;
+typedef struct chorus_store_server {
+  int listen_fd; /* -1 for a state made by chorus__store_server_new */
   uint8_t secret[CHORUS_SECRET_BYTES];
   kv_t* kv;
   size_t nkv, kv_cap;
@@ -42,7 +42,7 @@ typedef struct {
   size_t nclients;
   int done_count;
   int done_target; /* 0 until the first DONE says how many ranks there are */
-} server_t;
+} server_t; /* chorus_store_server_t in store.h */
 
 static kv_t* kv_find(server_t* s, const char* key) {
   for (size_t i = 0; i < s->nkv; i++)
@@ -108,87 +108,129 @@ static int serve_wait(server_t* s, client_t* c, uint64_t now) {
   return rc;
 }
 
+int chorus__store_parse(const char* in, size_t in_len, int authed,
+                        const uint8_t secret[CHORUS_SECRET_BYTES], chorus_store_msg_t* msg) {
+  msg->is_hello = !authed;
+  msg->reject = NULL;
+  msg->key[0] = '\0';
+  msg->val = NULL;
+  msg->vallen = 0;
+  msg->nbytes = 0;
+  if (!authed) {
+    chorus_store_hello_t h;
+    if (in_len < sizeof(h)) return 0;
+    memcpy(&h, in, sizeof(h));
+    if (h.magic != CHORUS_STORE_MAGIC) msg->reject = "not a Chorus client (bad magic)";
+    else if (h.version != CHORUS_STORE_VERSION) msg->reject = "other protocol version";
+    else if (memcmp(h.secret, secret, CHORUS_SECRET_BYTES) != 0) msg->reject = "wrong secret";
+    msg->nbytes = sizeof(h);
+    return 1;
+  }
+  chorus_store_req_t* req = &msg->req;
+  if (in_len < sizeof(*req)) return 0;
+  memcpy(req, in, sizeof(*req));
+  /* The header is checked before any length in it is trusted. */
+  if (req->keylen > CHORUS_STORE_MAX_KEY || (req->op == STORE_OP_SET && req->arg > CHORUS_STORE_MAX_VALUE) ||
+      req->op < STORE_OP_SET || req->op > STORE_OP_DONE)
+    return -1;
+  size_t vallen = req->op == STORE_OP_SET ? (size_t)req->arg : 0;
+  size_t total = sizeof(*req) + req->keylen + vallen;
+  if (in_len < total) return 0;
+  memcpy(msg->key, in + sizeof(*req), req->keylen);
+  msg->key[req->keylen] = '\0';
+  msg->val = in + sizeof(*req) + req->keylen;
+  msg->vallen = vallen;
+  msg->nbytes = total;
+  return 1;
+}
+
+/* Answers the hello; -1 when the client is refused (and must be dropped). */
+static int serve_hello(client_t* c, const chorus_store_msg_t* m) {
+  int32_t answer = m->reject ? CHORUS_ERR_PROTOCOL : CHORUS_OK;
+  if (m->reject) CH_WARN(-1, "bootstrap store rejected a client: %s", m->reject);
+  chorus__sock_write_all(c->fd, &answer, sizeof(answer), chorus__now_ns() + CHORUS_NS_PER_SEC);
+  if (m->reject) return -1;
+  c->authed = 1;
+  return 0;
+}
+
+/* Executes one request; -1 when the reply could not be written. */
+static int serve_request(server_t* s, client_t* c, const chorus_store_msg_t* m) {
+  const char* key = m->key;
+  int rc = 0;
+  switch (m->req.op) {
+    case STORE_OP_SET:
+      rc = reply(c, kv_set(s, key, m->val, m->vallen), 0, NULL, 0);
+      for (size_t i = 0; i < s->nclients; i++) /* wake waiters of this key */
+        if (s->clients[i].wait_key && strcmp(s->clients[i].wait_key, key) == 0)
+          serve_wait(s, &s->clients[i], chorus__now_ns());
+      break;
+    case STORE_OP_GET:
+      c->wait_key = strdup(key);
+      c->wait_deadline_ns = chorus__now_ns() + m->req.arg * 1000000ull;
+      rc = serve_wait(s, c, chorus__now_ns());
+      break;
+    case STORE_OP_ADD: {
+      kv_t* e = kv_find(s, key);
+      int64_t v = 0;
+      if (e && e->len == sizeof(int64_t)) memcpy(&v, e->val, sizeof(v));
+      v += (int64_t)m->req.arg;
+      chorus_status_t st = kv_set(s, key, &v, sizeof(v));
+      rc = reply(c, st, (uint64_t)v, NULL, 0);
+      break;
+    }
+    case STORE_OP_DONE:
+      s->done_count++;
+      if ((int)m->req.arg > s->done_target) s->done_target = (int)m->req.arg;
+      rc = reply(c, CHORUS_OK, 0, NULL, 0);
+      break;
+  }
+  return rc;
+}
+
 /* Consumes complete messages from c->in. Returns -1 when the client must be dropped. */
 static int serve_input(server_t* s, client_t* c) {
   for (;;) {
     if (c->wait_key) return 0; /* one outstanding request per client */
-    if (!c->authed) {
-      if (c->in_len < sizeof(chorus_store_hello_t)) return 0;
-      chorus_store_hello_t h;
-      memcpy(&h, c->in, sizeof(h));
-      int ok = h.magic == CHORUS_STORE_MAGIC && h.version == CHORUS_STORE_VERSION &&
-               memcmp(h.secret, s->secret, CHORUS_SECRET_BYTES) == 0;
-      int32_t answer = ok ? CHORUS_OK : CHORUS_ERR_PROTOCOL;
-      if (!ok)
-        CH_WARN(-1, "bootstrap store rejected a client: %s",
-                h.magic != CHORUS_STORE_MAGIC ? "not a Chorus client (bad magic)"
-                : h.version != CHORUS_STORE_VERSION ? "other protocol version" : "wrong secret");
-      chorus__sock_write_all(c->fd, &answer, sizeof(answer), chorus__now_ns() + CHORUS_NS_PER_SEC);
-      if (!ok) return -1;
-      c->authed = 1;
-      memmove(c->in, c->in + sizeof(h), c->in_len - sizeof(h));
-      c->in_len -= sizeof(h);
-      continue;
-    }
-    if (c->in_len < sizeof(chorus_store_req_t)) return 0;
-    chorus_store_req_t req;
-    memcpy(&req, c->in, sizeof(req));
-    if (req.keylen > CHORUS_STORE_MAX_KEY || (req.op == STORE_OP_SET && req.arg > CHORUS_STORE_MAX_VALUE) ||
-        req.op < STORE_OP_SET || req.op > STORE_OP_DONE) {
-      CH_WARN(-1, "bootstrap store dropped a client that sent a malformed request (op %u)", req.op);
+    chorus_store_msg_t m;
+    int got = chorus__store_parse(c->in, c->in_len, c->authed, s->secret, &m);
+    if (got < 0) {
+      CH_WARN(-1, "bootstrap store dropped a client that sent a malformed request (op %u)", m.req.op);
       return -1;
     }
-    size_t vallen = req.op == STORE_OP_SET ? (size_t)req.arg : 0;
-    size_t total = sizeof(req) + req.keylen + vallen;
-    if (c->in_len < total) return 0;
-    char key[CHORUS_STORE_MAX_KEY + 1];
-    memcpy(key, c->in + sizeof(req), req.keylen);
-    key[req.keylen] = '\0';
-    const char* val = c->in + sizeof(req) + req.keylen;
-    int rc = 0;
-    switch (req.op) {
-      case STORE_OP_SET:
-        rc = reply(c, kv_set(s, key, val, vallen), 0, NULL, 0);
-        for (size_t i = 0; i < s->nclients; i++) /* wake waiters of this key */
-          if (s->clients[i].wait_key && strcmp(s->clients[i].wait_key, key) == 0)
-            serve_wait(s, &s->clients[i], chorus__now_ns());
-        break;
-      case STORE_OP_GET:
-        c->wait_key = strdup(key);
-        c->wait_deadline_ns = chorus__now_ns() + req.arg * 1000000ull;
-        rc = serve_wait(s, c, chorus__now_ns());
-        break;
-      case STORE_OP_ADD: {
-        kv_t* e = kv_find(s, key);
-        int64_t v = 0;
-        if (e && e->len == sizeof(int64_t)) memcpy(&v, e->val, sizeof(v));
-        v += (int64_t)req.arg;
-        chorus_status_t st = kv_set(s, key, &v, sizeof(v));
-        rc = reply(c, st, (uint64_t)v, NULL, 0);
-        break;
-      }
-      case STORE_OP_DONE:
-        s->done_count++;
-        if ((int)req.arg > s->done_target) s->done_target = (int)req.arg;
-        rc = reply(c, CHORUS_OK, 0, NULL, 0);
-        break;
-    }
-    memmove(c->in, c->in + total, c->in_len - total);
-    c->in_len -= total;
+    if (got == 0) return 0;
+    if (m.is_hello && serve_hello(c, &m) < 0) return -1;
+    int rc = m.is_hello ? 0 : serve_request(s, c, &m);
+    memmove(c->in, c->in + m.nbytes, c->in_len - m.nbytes);
+    c->in_len -= m.nbytes;
     if (rc < 0) return -1;
   }
 }
 
+/* What one poll round does for a client after reading it: answer its waiting GET if the key
+ * appeared or the deadline passed, then serve what it sent meanwhile. -1: drop it. */
+static int serve_pending(server_t* s, client_t* c, uint64_t now) {
+  if (serve_wait(s, c, now) < 0) return -1;
+  if (!c->wait_key && serve_input(s, c) < 0) return -1;
+  return 0;
+}
+
+/* Keeps at least 64 KiB free in c->in. -1 when the input would outgrow the bound: about two
+ * largest requests (a waiting GET lets a client queue more than one). */
+static int make_room(client_t* c) {
+  if (c->in_cap - c->in_len >= 65536) return 0;
+  size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
+  if (cap > CHORUS_STORE_MAX_VALUE + 4096 + c->in_cap) return -1;
+  char* grown = realloc(c->in, cap);
+  if (!grown) return -1;
+  c->in = grown;
+  c->in_cap = cap;
+  return 0;
+}
+
 static int read_client(server_t* s, client_t* c) {
   for (;;) {
-    if (c->in_cap - c->in_len < 65536) {
-      size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
-      if (cap > CHORUS_STORE_MAX_VALUE + 4096 + c->in_cap) return -1;
-      char* grown = realloc(c->in, cap);
-      if (!grown) return -1;
-      c->in = grown;
-      c->in_cap = cap;
-    }
+    if (make_room(c) < 0) return -1;
     ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
     if (n > 0) {
       c->in_len += (size_t)n;
@@ -233,24 +275,69 @@ static void* server_main(void* arg) {
       if (ci >= s->nclients) continue;
       int bad = 0;
       if (pfds[i].revents) bad = read_client(s, &s->clients[ci]) < 0;
-      if (!bad) bad = serve_wait(s, &s->clients[ci], now) < 0;
-      if (!bad && !s->clients[ci].wait_key) bad = serve_input(s, &s->clients[ci]) < 0;
+      if (!bad) bad = serve_pending(s, &s->clients[ci], now) < 0;
       if (bad) drop_client(s, ci);
     }
     if (pfds[0].revents & POLLIN) accept_clients(s);
   }
   CH_DEBUG(STORE, -1, "bootstrap store exits after %d clients finished", s->done_count);
+  free(pfds);
+  chorus__store_server_free(s);
+  return NULL;
+}
+
+/* ---- the state without socket or thread (store.h: for the fuzz targets) ---- */
+
+chorus_store_server_t* chorus__store_server_new(const uint8_t secret[CHORUS_SECRET_BYTES]) {
+  server_t* s = calloc(1, sizeof(*s));
+  if (!s) return NULL;
+  s->listen_fd = -1;
+  memcpy(s->secret, secret, CHORUS_SECRET_BYTES);
+  return s;
+}
+
+int chorus__store_server_add_client(chorus_store_server_t* s, int fd) {
+  client_t* grown = realloc(s->clients, (s->nclients + 1) * sizeof(client_t));
+  if (!grown) return -1;
+  s->clients = grown;
+  s->clients[s->nclients++] = (client_t){.fd = fd};
+  return 0;
+}
+
+size_t chorus__store_server_nclients(const chorus_store_server_t* s) { return s->nclients; }
+
+int chorus__store_server_feed(chorus_store_server_t* s, size_t i, const void* bytes, size_t len) {
+  if (i >= s->nclients) return -1;
+  client_t* c = &s->clients[i];
+  const char* next = bytes;
+  int bad = 0;
+  while (len && !bad) { /* the steps read_client takes when recv returns all it can */
+    if (make_room(c) < 0) {
+      bad = 1;
+      break;
+    }
+    size_t n = (len < c->in_cap - c->in_len ? len : c->in_cap - c->in_len);
+    memcpy(c->in + c->in_len, next, n);
+    c->in_len += n;
+    next += n;
+    len -= n;
+    bad = serve_input(s, c) < 0;
+  }
+  if (!bad) bad = serve_pending(s, c, chorus__now_ns()) < 0;
+  if (bad) drop_client(s, i);
+  return bad ? -1 : 0;
+}
+
+void chorus__store_server_free(chorus_store_server_t* s) {
   while (s->nclients) drop_client(s, s->nclients - 1);
-  close(s->listen_fd);
+  if (s->listen_fd >= 0) close(s->listen_fd);
   for (size_t i = 0; i < s->nkv; i++) {
     free(s->kv[i].key);
     free(s->kv[i].val);
   }
   free(s->kv);
   free(s->clients);
-  free(pfds);
   free(s);
-  return NULL;
 }
 
 chorus_status_t chorus__store_server_start(const char* ip, int port,

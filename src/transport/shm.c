@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -82,26 +83,28 @@ static chorus_status_t map_fd(int fd, size_t bytes, chorus_shm_seg_t* seg, char*
   return CHORUS_OK;
 }
 
-chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, size_t slot_bytes,
-                                   chorus_shm_seg_t* seg, char* err, size_t errlen) {
+/* The segment is a memfd: it has no name anywhere, peers open it through /proc/<pid>/fd/<n>
+ * while the creator holds the fd, and it vanishes with the last mapping, however the processes
+ * end. `name` is "pid:fd". */
+chorus_status_t chorus__shm_create(char* name, size_t namelen, int nlocal, size_t ring_bytes, size_t slot_bytes,
+                                   chorus_shm_seg_t* seg, int* fd_out, char* err, size_t errlen) {
   size_t bytes = chorus__shm_seg_bytes(nlocal, ring_bytes, slot_bytes);
-  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  int fd = memfd_create("chorus-shm", MFD_CLOEXEC);
   if (fd < 0) {
-    snprintf(err, errlen, "shm_open(%s) failed: %s", name, strerror(errno));
+    snprintf(err, errlen, "memfd_create failed: %s", strerror(errno));
     return CHORUS_ERR_SYSTEM;
   }
-  /* posix_fallocate reserves the pages now, so a full /dev/shm fails here, not with SIGBUS
-   * in the middle of a collective. */
+  /* posix_fallocate reserves the pages now, so a full /dev/shm (tmpfs) fails here, not with
+   * SIGBUS in the middle of a collective. */
   int rc = posix_fallocate(fd, 0, (off_t)bytes);
   chorus_status_t st = CHORUS_OK;
   if (rc != 0) {
-    snprintf(err, errlen, "cannot reserve %zu bytes in /dev/shm for %s: %s", bytes, name, strerror(rc));
+    snprintf(err, errlen, "cannot reserve %zu bytes of shared memory: %s", bytes, strerror(rc));
     st = CHORUS_ERR_SYSTEM;
   }
   if (st >= 0) st = map_fd(fd, bytes, seg, err, errlen);
-  close(fd);
   if (st < 0) {
-    shm_unlink(name);
+    close(fd);
     return st;
   }
   seg->nlocal = nlocal;
@@ -114,20 +117,29 @@ chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_byt
   h->slot_bytes = slot_bytes;
   h->seg_bytes = bytes;
   __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+  snprintf(name, namelen, "%d:%d", (int)getpid(), fd);
+  *fd_out = fd;
   return CHORUS_OK;
 }
 
 chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, chorus_shm_seg_t* seg,
                                    char* err, size_t errlen) {
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  int pid = 0, their_fd = -1;
+  char path[64];
+  if (sscanf(name, "%d:%d", &pid, &their_fd) != 2) {
+    snprintf(err, errlen, "malformed shared segment reference \"%s\"", name);
+    return CHORUS_ERR_PROTOCOL;
+  }
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, their_fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    snprintf(err, errlen, "shm_open(%s) failed: %s", name, strerror(errno));
+    snprintf(err, errlen, "cannot open the shared segment %s: %s", path, strerror(errno));
     return CHORUS_ERR_SYSTEM;
   }
   struct stat sb;
   chorus_status_t st = CHORUS_OK;
   if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < sizeof(seg_header_t)) {
-    snprintf(err, errlen, "shared segment %s has no header", name);
+    snprintf(err, errlen, "shared segment %s has no header", path);
     st = CHORUS_ERR_PROTOCOL;
   }
   if (st >= 0) st = map_fd(fd, (size_t)sb.st_size, seg, err, errlen);
@@ -137,7 +149,7 @@ chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, c
   if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->nlocal != (uint32_t)nlocal ||
       h->seg_bytes != (uint64_t)sb.st_size ||
       chorus__shm_seg_bytes(nlocal, h->ring_bytes, h->slot_bytes) != h->seg_bytes) {
-    snprintf(err, errlen, "shared segment %s does not match this communicator", name);
+    snprintf(err, errlen, "shared segment %s does not match this communicator", path);
     chorus__shm_detach(seg);
     return CHORUS_ERR_PROTOCOL;
   }

@@ -2,8 +2,8 @@
  * shm.h - the same-host transport: one shared segment per host and communicator holding a
  * single-producer single-consumer byte ring for every ordered pair of local ranks, plus a
  * doorbell (futex word) per local rank. Frames travel through a ring exactly as through a TCP
- * socket (header, then payload), so the data path is shared with tcp. The segment is unlinked
- * as soon as every local rank has mapped it: nothing is left in /dev/shm even after SIGKILL.
+ * socket (header, then payload), so the data path is shared with tcp. The segment is a memfd
+ * with no name: nothing can be left in /dev/shm, whatever kills which process when.
  */
 #ifndef CHORUS_SHM_H
 #define CHORUS_SHM_H
@@ -54,8 +54,8 @@ char* chorus__shm_slot(const chorus_shm_seg_t* seg, int local, int which);
 /* Segment size for nlocal ranks with rings of ring_bytes and slots of slot_bytes. */
 size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes, size_t slot_bytes);
 /* Creates (leader) or maps (others) the segment; see shm_setup.c for the handshake. */
-chorus_status_t chorus__shm_create(const char* name, int nlocal, size_t ring_bytes, size_t slot_bytes,
-                                   chorus_shm_seg_t* seg, char* err, size_t errlen);
+chorus_status_t chorus__shm_create(char* name, size_t namelen, int nlocal, size_t ring_bytes, size_t slot_bytes,
+                                   chorus_shm_seg_t* seg, int* fd, char* err, size_t errlen);
 chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, chorus_shm_seg_t* seg,
                                    char* err, size_t errlen);
 void chorus__shm_detach(chorus_shm_seg_t* seg);

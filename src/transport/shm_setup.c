@@ -1,14 +1,13 @@
 /*
  * shm_setup.c - moving same-host peers onto shared memory at communicator creation. The
- * lowest rank of the host (the leader) creates the segment and tells each local peer its name
- * over their TCP connection; each peer maps it and answers; the leader then announces one
- * verdict to all (shared memory for everyone, or TCP for everyone, so both ends of every pair
- * agree) and unlinks the name at once: from then on the segment lives only in the mappings
- * and vanishes with the last process, however it ends.
+ * lowest rank of the host (the leader) creates the segment (a memfd) and tells each local peer
+ * where to open it (its pid and fd) over their TCP connection; each peer maps it and answers;
+ * the leader then announces one verdict to all (shared memory for everyone, or TCP for
+ * everyone, so both ends of every pair agree) and closes its fd: from then on the segment
+ * lives only in the mappings and vanishes with the last process, however it ends.
  */
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -32,8 +31,8 @@ static int peer_fd(const chorus_transport_t* tp, int peer) { return tp->peers[pe
 static chorus_status_t leader_side(chorus_transport_t* tp, const int* local, int nlocal, size_t ring_bytes,
                                    size_t slot_bytes, uint64_t deadline, int* verdict) {
   char name[SHM_NAME_LEN] = "", err[256];
-  snprintf(name, sizeof(name), "/chorus-%d-%016llx", (int)getpid(), (unsigned long long)tp->comm_id);
-  if (chorus__shm_create(name, nlocal, ring_bytes, slot_bytes, &tp->shm, err, sizeof(err)) < 0) {
+  int fd = -1;
+  if (chorus__shm_create(name, sizeof(name), nlocal, ring_bytes, slot_bytes, &tp->shm, &fd, err, sizeof(err)) < 0) {
     CH_WARN(tp->rank, "same-host peers fall back to TCP: %s", err);
     name[0] = '\0';
   }
@@ -47,7 +46,7 @@ static chorus_status_t leader_side(chorus_transport_t* tp, const int* local, int
   }
   int32_t v = *verdict;
   for (int i = 1; i < nlocal && st >= 0; i++) st = chorus__sock_write_all(peer_fd(tp, local[i]), &v, sizeof(v), deadline);
-  if (name[0]) shm_unlink(name);
+  if (fd >= 0) close(fd); /* every peer has answered: mapped, or never will */
   if (st < 0) snprintf(tp->err, sizeof(tp->err), "rank %d: a local peer left while setting up shared memory", tp->rank);
   return st;
 }

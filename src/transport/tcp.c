@@ -63,17 +63,23 @@ static chorus_status_t dial_lower(chorus_transport_t* tp, const chorus_peer_info
   return CHORUS_OK;
 }
 
+const char* chorus__hello_check(const chorus_transport_t* tp, const chorus_hello_t* h,
+                                const uint8_t secret[16], int nsocks) {
+  if (h->magic != CHORUS_HELLO_MAGIC) return "not a Chorus peer (bad magic)";
+  if (h->version != CHORUS_PROTO_VERSION) return "other protocol version";
+  if (h->comm_id != tp->comm_id) return "another communicator";
+  if (memcmp(h->secret, secret, 16) != 0) return "wrong secret";
+  /* Only now are rank and sock_index trusted as indices. */
+  if (h->nranks != tp->nranks || h->rank <= tp->rank || h->rank >= tp->nranks) return "impossible rank";
+  if (h->sock_index >= nsocks) return "impossible socket index";
+  if (tp->peers[h->rank].socks[h->sock_index].fd >= 0) return "duplicate connection";
+  return NULL;
+}
+
 /* Validates one incoming hello; returns the slot it fills or NULL (and logs why). */
 static chorus_stream_t* check_hello(chorus_transport_t* tp, const chorus_hello_t* h,
                                       const uint8_t secret[16], int nsocks) {
-  const char* why = NULL;
-  if (h->magic != CHORUS_HELLO_MAGIC) why = "not a Chorus peer (bad magic)";
-  else if (h->version != CHORUS_PROTO_VERSION) why = "other protocol version";
-  else if (h->comm_id != tp->comm_id) why = "another communicator";
-  else if (memcmp(h->secret, secret, 16) != 0) why = "wrong secret";
-  else if (h->nranks != tp->nranks || h->rank <= tp->rank || h->rank >= tp->nranks) why = "impossible rank";
-  else if (h->sock_index >= nsocks) why = "impossible socket index";
-  else if (tp->peers[h->rank].socks[h->sock_index].fd >= 0) why = "duplicate connection";
+  const char* why = chorus__hello_check(tp, h, secret, nsocks);
   if (why) {
     CH_WARN(tp->rank, "rejected an incoming connection: %s", why);
     return NULL;

@@ -89,6 +89,12 @@ typedef struct {
   uint8_t secret[16];
 } chorus_hello_t;
 
+/* Checks a hello received by rank tp->rank while it accepts its higher ranks' nsocks sockets
+ * each: magic, version, communicator, secret, then rank and socket index (only then used as
+ * indices) and that the slot is still free. NULL when accepted, else the reason. Pure. */
+const char* chorus__hello_check(const chorus_transport_t* tp, const chorus_hello_t* h,
+                                const uint8_t secret[16], int nsocks);
+
 /* Creates the epoll set and the peer table; no connections yet. */
 chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int nranks,
                                          uint64_t comm_id);
