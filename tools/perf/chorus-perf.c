@@ -428,8 +428,21 @@ static int setup(perf_ctx_t* ctx) {
   snprintf(ctx->version, sizeof ctx->version, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
   /* Every buffer of a row holds at most `size` bytes; round up to whole cache lines. */
   ctx->buffer_bytes = ((ctx->opts.max_bytes > 64 ? ctx->opts.max_bytes : 64) + 63) & ~(size_t)63;
-  ctx->send_base = aligned_alloc(64, ctx->buffer_bytes);
-  ctx->recv_base = aligned_alloc(64, ctx->buffer_bytes);
+  if (ctx->opts.registered) {
+    void *send = NULL, *recv = NULL;
+    chorus_status_t rs = chorus_mem_alloc(ctx->comm, ctx->buffer_bytes, &send);
+    if (rs == CHORUS_OK) rs = chorus_mem_alloc(ctx->comm, ctx->buffer_bytes, &recv);
+    ctx->send_base = send;
+    ctx->recv_base = recv;
+    if (rs != CHORUS_OK) {
+      fprintf(stderr, "chorus-perf: rank %d: chorus_mem_alloc failed: %s: %s\n", ctx->rank,
+              chorus_status_name(rs), chorus_comm_last_error(ctx->comm));
+      return -1;
+    }
+  } else {
+    ctx->send_base = aligned_alloc(64, ctx->buffer_bytes);
+    ctx->recv_base = aligned_alloc(64, ctx->buffer_bytes);
+  }
   if (ctx->send_base == NULL || ctx->recv_base == NULL) {
     fprintf(stderr, "chorus-perf: rank %d: cannot allocate 2 x %zu bytes\n", ctx->rank,
             ctx->buffer_bytes);
@@ -442,8 +455,10 @@ static void teardown(perf_ctx_t* ctx, int failed) {
   if (failed && ctx->comm != NULL) chorus_comm_abort(ctx->comm);
   chorus_comm_destroy(ctx->comm);
   pattern_free(&ctx->pattern);
-  free(ctx->send_base);
-  free(ctx->recv_base);
+  if (!ctx->opts.registered) { /* registered memory goes with the communicator */
+    free(ctx->send_base);
+    free(ctx->recv_base);
+  }
 }
 
 static int set_forced_algo(const perf_opts_t* o) {

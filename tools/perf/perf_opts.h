@@ -67,6 +67,7 @@ typedef struct {
   size_t step_bytes;      /* ...or, when nonzero, grow by this */
   int iters, warmup;
   int check, inplace, nonblocking, corrupt;
+  int registered; /* -R: buffers from chorus_mem_alloc */
   int dtype_all, op_all;
   chorus_dtype_t dtype;
   chorus_op_t op;
@@ -93,6 +94,7 @@ static void usage(FILE* out) {
     "  -r ROOT   root of broadcast, reduce, gather, scatter           [0]\n"
     "  -a NAME   force algorithm NAME (CHORUS_ALGO=COLLECTIVE:NAME); one collective only\n"
     "  -z 0|1    0: blocking calls; 1: post the i-variant and wait     [0]\n"
+    "  -R 0|1    1: buffers from chorus_mem_alloc (registered memory: zero-copy on one host) [0]\n"
     "  -p 0|1    0: out of place; 1: in place (sendrecv: always out of place) [0]\n"
     "  -J FILE   also write the run's parameters and every row as JSON to FILE\n"
     "  -x 0|1    self-test of the check: corrupt one output element per checked call\n"
@@ -191,6 +193,7 @@ static int parse_flag(int flag, const char* arg, perf_opts_t* o) {
     case 'c': return parse_int(arg, 0, 1, &o->check) ? bad_usage("-c needs 0 or 1", arg) : 0;
     case 'z': return parse_int(arg, 0, 1, &o->nonblocking) ? bad_usage("-z needs 0 or 1", arg) : 0;
     case 'p': return parse_int(arg, 0, 1, &o->inplace) ? bad_usage("-p needs 0 or 1", arg) : 0;
+    case 'R': return parse_int(arg, 0, 1, &o->registered) ? bad_usage("-R needs 0 or 1", arg) : 0;
     case 'x': return parse_int(arg, 0, 1, &o->corrupt) ? bad_usage("-x needs 0 or 1", arg) : 0;
     case 'r': return parse_int(arg, 0, 1 << 30, &o->root) ? bad_usage("bad -r root", arg) : 0;
     case 'd': return parse_dtype(arg, o) ? bad_usage("unknown dtype", arg) : 0;
@@ -207,7 +210,7 @@ static int parse_args(int argc, char** argv, perf_opts_t* o) {
                      .warmup = 5, .check = 1, .dtype = CHORUS_FLOAT32, .op = CHORUS_SUM};
   opterr = 0;
   int flag;
-  while ((flag = getopt(argc, argv, ":b:e:f:i:n:w:c:d:o:r:a:z:p:x:J:h")) != -1) {
+  while ((flag = getopt(argc, argv, ":b:e:f:i:n:w:c:d:o:r:a:z:p:R:x:J:h")) != -1) {
     if (flag == 'h') return usage(stdout), 1;
     if (flag == '?') return bad_usage("unknown flag", argv[optind - 1]);
     if (flag == ':') return bad_usage("flag needs a value", argv[optind - 1]);
