@@ -165,6 +165,8 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
   if (st >= 0) st = chorus__store_done(store, comm->nranks);
 out:
   if (st < 0 && comm->last_error[0]) CH_WARN(comm->rank, "%s", comm->last_error);
+  /* A rank that gives up says so too, so that the server thread does not outlive the job. */
+  if (st < 0 && store) chorus__store_done(store, comm->nranks);
   if (listen_fd >= 0) close(listen_fd);
   chorus__store_close(store);
   free(infos);

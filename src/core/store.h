@@ -15,6 +15,7 @@
 #define CHORUS_SECRET_BYTES 16
 #define CHORUS_STORE_MAX_VALUE (1u << 20)
 #define CHORUS_STORE_MAX_KEY 256
+#define CHORUS_STORE_MAX_KEYS 65536 /* entries the server holds at most */
 
 typedef struct chorus_store chorus_store_t;
 

@@ -56,6 +56,10 @@ static chorus_status_t kv_set(server_t* s, const char* key, const void* val, siz
   memcpy(copy, val, len);
   kv_t* e = kv_find(s, key);
   if (!e) {
+    if (s->nkv >= CHORUS_STORE_MAX_KEYS) {
+      free(copy);
+      return CHORUS_ERR_NO_MEMORY; /* bounded: a client holding the secret cannot exhaust memory */
+    }
     if (s->nkv == s->kv_cap) {
       size_t cap = s->kv_cap ? s->kv_cap * 2 : 64;
       kv_t* grown = realloc(s->kv, cap * sizeof(kv_t));
@@ -174,7 +178,7 @@ static int serve_request(server_t* s, client_t* c, const chorus_store_msg_t* m) 
       kv_t* e = kv_find(s, key);
       int64_t v = 0;
       if (e && e->len == sizeof(int64_t)) memcpy(&v, e->val, sizeof(v));
-      v += (int64_t)m->req.arg;
+      v = (int64_t)((uint64_t)v + m->req.arg); /* wraps, like the integer reductions */
       chorus_status_t st = kv_set(s, key, &v, sizeof(v));
       rc = reply(c, st, (uint64_t)v, NULL, 0);
       break;
@@ -256,10 +260,18 @@ static void accept_clients(server_t* s) {
   }
 }
 
+/* The store's work is over when every rank said DONE, or when some rank said it (so the job
+ * got past joining, or gave up) and nobody is connected any more: ranks stay connected from
+ * publishing until DONE, and a rank that joins after the others gave up would fail anyway. */
+static int store_finished(const server_t* s) {
+  if (s->done_target > 0 && s->done_count >= s->done_target) return 1;
+  return s->done_count > 0 && s->nclients == 0;
+}
+
 static void* server_main(void* arg) {
   server_t* s = arg;
   struct pollfd* pfds = NULL;
-  while (!(s->done_target > 0 && s->done_count >= s->done_target)) {
+  while (!store_finished(s)) {
     struct pollfd* grown = realloc(pfds, (s->nclients + 1) * sizeof(*pfds));
     if (!grown) break;
     pfds = grown;

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""gen_corpus.py - writes the seed corpus of the fuzz targets: valid messages and edge cases
+for each, in the input layouts the targets document (fuzz_frame.c, fuzz_hello.c,
+fuzz_store.c). Deterministic: rerunning rewrites the same files. The constants (communicator
+ids, secrets, the canonical frame) must match the targets'.
+
+Usage: /usr/bin/python3 tests/fuzz/gen_corpus.py [OUTDIR]   (default: tests/fuzz/corpus)
+"""
+import os
+import struct
+import sys
+
+# ---- fuzz_frame: [got header 48][want header 48][why bytes][describe bytes] ----
+FRAME_MAGIC = 0x43484652
+COLL = {"allreduce": 0, "broadcast": 1, "reduce": 2, "allgather": 3, "barrier": 8, "send": 9}
+
+
+def frame(magic=FRAME_MAGIC, version=1, coll=0, dtype=8, op=0, root=0, tag=3,
+          comm_id=0x123456789ABCDEF0, seq=7, count=1024, nbytes=4096):
+    return struct.pack("<IBBBBiIQQQQ", magic, version, coll, dtype, op, root, tag, comm_id, seq,
+                       count, nbytes)
+
+
+def frame_cases():
+    want = frame()
+    cases = {
+        "match": frame() + want,
+        "match_why255": frame() + want + bytes([255, 255]),
+        "bad_magic": frame(magic=0xDEADBEEF) + want,
+        "http_bytes": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".ljust(48, b"\0") + want,
+        "other_version": frame(version=2) + want,
+        "other_comm": frame(comm_id=0x1111) + want,
+        "seq_mismatch": frame(seq=8) + want,
+        "coll_mismatch": frame(coll=COLL["broadcast"]) + want,
+        "count_mismatch": frame(count=1023) + want,
+        "nbytes_huge": frame(nbytes=(1 << 64) - 1) + want,
+        "dtype_out_of_range": frame(dtype=200) + frame(dtype=200),
+        "op_out_of_range": frame(op=99) + want,
+        "coll_out_of_range": frame(coll=250) + frame(coll=250),
+        "root_negative": frame(root=-1) + want,
+        "tag_mismatch": frame(tag=4) + want,
+        "p2p_send": frame(coll=COLL["send"], count=5, nbytes=20) + frame(coll=COLL["send"], count=5, nbytes=20),
+        "why0": frame(seq=9) + want + bytes([0, 0]),
+        "why1": frame(magic=0) + want + bytes([1, 1]),
+        "why10": frame(coll=2) + want + bytes([10, 3]),
+        "short": frame()[:10],
+        "empty_want": frame(),
+    }
+    return cases
+
+
+# ---- fuzz_hello: [rank][ranks above][sockets per peer][connected mask] then 40-byte hellos ----
+HELLO_MAGIC = 0x43484857
+HELLO_COMM = 0x0BADC0FFEE123457
+HELLO_SECRET = bytes(range(1, 17))
+
+
+def hello(rank, nranks, sock_index=0, magic=HELLO_MAGIC, version=1, comm_id=HELLO_COMM,
+          secret=HELLO_SECRET):
+    return struct.pack("<IHHiiQ", magic, version, sock_index, rank, nranks, comm_id) + secret
+
+
+def hello_cases():
+    cases = {
+        "one_valid": bytes([0, 1, 0, 0]) + hello(1, 2),
+        "full_mesh_4socks": bytes([1, 3, 3, 0]) + b"".join(
+            hello(r, 5, s) for r in range(2, 5) for s in range(4)),
+        "duplicate": bytes([0, 1, 0, 0]) + hello(1, 2) + hello(1, 2),
+        "already_connected": bytes([0, 2, 1, 0x05]) + hello(1, 3, 0) + hello(1, 3, 1),
+        "bad_magic": bytes([0, 1, 0, 0]) + hello(1, 2, magic=0x12345678),
+        "other_version": bytes([0, 1, 0, 0]) + hello(1, 2, version=7),
+        "other_comm": bytes([0, 1, 0, 0]) + hello(1, 2, comm_id=1),
+        "wrong_secret": bytes([0, 1, 0, 0]) + hello(1, 2, secret=bytes(16)),
+        "rank_too_high": bytes([0, 1, 0, 0]) + hello(2, 2),
+        "rank_negative": bytes([2, 2, 0, 0]) + hello(-5, 5),
+        "rank_own": bytes([2, 2, 0, 0]) + hello(2, 5),
+        "rank_lower": bytes([3, 1, 0, 0]) + hello(1, 5),
+        "rank_int_max": bytes([0, 1, 0, 0]) + hello(0x7FFFFFFF, 2),
+        "nranks_mismatch": bytes([0, 1, 0, 0]) + hello(1, 3),
+        "sock_index_eq_nsocks": bytes([0, 1, 1, 0]) + hello(1, 2, 2),
+        "sock_index_max": bytes([0, 1, 3, 0]) + hello(1, 2, 0xFFFF),
+        "truncated": bytes([0, 1, 0, 0]) + hello(1, 2)[:17],
+    }
+    return cases
+
+
+# ---- fuzz_store: records [selector][len 2 LE][bytes]; selector bits 0-1 = client (a selector
+# past the last client adds a new one, at the next index), bit 6 = valid hello first ----
+STORE_MAGIC = 0x43485354
+STORE_SECRET = bytes([0xC5, 0x01, 0x7E, 0x22, 0x90, 0x3B, 0x4F, 0x11,
+                      0xA8, 0x66, 0x0D, 0xE2, 0x57, 0x39, 0xBB, 0x04])
+SET, GET, ADD, DONE = 1, 2, 3, 4
+HELLO_BIT = 0x40
+
+
+def store_hello(magic=STORE_MAGIC, version=1, secret=STORE_SECRET):
+    return struct.pack("<IHH", magic, version, 0) + secret
+
+
+def req(op, key=b"", arg=0, value=b"", keylen=None):
+    keylen = len(key) if keylen is None else keylen
+    return struct.pack("<B3xIQ", op, keylen, arg) + key + value
+
+
+def setv(key, value):
+    return req(SET, key, len(value), value)
+
+
+def rec(client, payload, hello_first=False):
+    sel = client | (HELLO_BIT if hello_first else 0)
+    return struct.pack("<BH", sel, len(payload)) + payload
+
+
+def store_cases():
+    peer_key = b"0123456789abcdef/peer/0"
+    cases = {
+        "session_set_get_add_done": rec(0, store_hello() + setv(b"k", b"value") + req(GET, b"k", 1000)
+                                        + req(ADD, b"n", 5) + req(ADD, b"n", 2**64 - 1) + req(DONE, b"", 2)),
+        "bootstrap_two_ranks": rec(0, setv(peer_key, bytes(136)), True)
+                               + rec(1, req(GET, peer_key, 30000), True)
+                               + rec(1, req(DONE, b"", 2)) + rec(0, req(DONE, b"", 2)),
+        "get_waits_then_woken": rec(0, req(GET, b"late", 60000), True) + rec(1, setv(b"late", b"x"), True)
+                                + rec(0, req(GET, b"late", 0)),
+        "get_timeout_zero": rec(0, req(GET, b"missing", 0), True),
+        "queued_behind_wait": rec(0, req(GET, b"w", 60000) + req(ADD, b"c", 1) * 8, True),
+        "split_request": rec(0, setv(b"abc", b"0123456789")[:9], True) + rec(0, setv(b"abc", b"0123456789")[9:]),
+        "split_hello": rec(0, store_hello()[:5]) + rec(0, store_hello()[5:] + req(ADD, b"x", 1)),
+        "wrong_secret": rec(0, store_hello(secret=bytes(16)) + req(ADD, b"x", 1)),
+        "bad_magic": rec(0, store_hello(magic=0x48545450)),
+        "other_version": rec(0, store_hello(version=2)),
+        "op_zero": rec(0, req(0, b"k"), True),
+        "op_five": rec(0, req(5, b"k"), True),
+        "keylen_257": rec(0, req(ADD, b"k" * 257), True),
+        "keylen_256": rec(0, req(ADD, b"k" * 256, 1), True),
+        "keylen_huge_partial": rec(0, req(SET, b"", 4, keylen=0xFFFFFFFF), True),
+        "set_value_too_big": rec(0, req(SET, b"k", (1 << 20) + 1), True),
+        "set_value_max_partial": rec(0, req(SET, b"k", 1 << 20) + bytes(100), True),
+        "add_on_string_value": rec(0, setv(b"v", b"abc") + req(ADD, b"v", 3) + req(GET, b"v", 0), True),
+        "key_with_nul": rec(0, setv(b"a\0b", b"1") + req(GET, b"a", 0), True),
+        "empty_key": rec(0, setv(b"", b"") + req(GET, b"", 0), True),
+        "four_clients": b"".join(rec(c, req(ADD, b"ctr", 1), True) for c in range(4))
+                        + rec(3, req(GET, b"ctr", 0)),
+        "hello_twice": rec(0, store_hello() + store_hello(), False),
+        # Regression seeds of findings (see the fuzz report): an ADD whose sum overflows int64.
+        "regress_add_overflow": rec(0, req(ADD, b"n", 2**63 - 1) + req(ADD, b"n", 1), True),
+        "raw_hello": store_hello(),
+        "raw_set": setv(b"key", b"val"),
+    }
+    return cases
+
+
+def write_dir(root, name, cases):
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    for fname, data in sorted(cases.items()):
+        with open(os.path.join(d, fname), "wb") as f:
+            f.write(data)
+    print(f"{d}: {len(cases)} seeds")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
+    write_dir(root, "frame", frame_cases())
+    write_dir(root, "hello", hello_cases())
+    write_dir(root, "store", store_cases())
+
+
+if __name__ == "__main__":
+    main()
