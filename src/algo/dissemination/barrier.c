@@ -13,15 +13,17 @@
 
 #include "algo/algos.h"
 #include "algo/common.h"
-#include "algo/tree/tree.h"
+
+/* Rounds for any int n: ceil(log2 n) <= 31. */
+#define CHORUS_BARRIER_MAX_ROUNDS 32
 
 typedef struct {
   int nrounds;
   int round;   /* rounds posted */
   int arrived; /* rounds whose message has arrived */
   char none;   /* the (empty) payload's address */
-  chorus_xfer_t sends[CHORUS_TREE_MAX_CHILDREN];
-  chorus_xfer_t recvs[CHORUS_TREE_MAX_CHILDREN];
+  chorus_xfer_t sends[CHORUS_BARRIER_MAX_ROUNDS];
+  chorus_xfer_t recvs[CHORUS_BARRIER_MAX_ROUNDS];
 } barrier_t;
 
 static chorus_status_t post_round(chorus_task_t* t, barrier_t* b) {
