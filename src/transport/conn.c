@@ -107,6 +107,14 @@ void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outle
 
 chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
                                     char* why, size_t whylen) {
+  if (got->magic == CHORUS_FRAME_ABORT_MAGIC && got->version == CHORUS_PROTO_VERSION &&
+      got->comm_id == want->comm_id) {
+    char g[200], w[200];
+    chorus__frame_describe(got, g, sizeof(g));
+    chorus__frame_describe(want, w, sizeof(w));
+    snprintf(why, whylen, "mismatched calls: the peer runs %s and gave up on this rank's %s", g, w);
+    return CHORUS_ERR_MISMATCH;
+  }
   if (got->magic != CHORUS_FRAME_MAGIC) {
     snprintf(why, whylen, "received bytes that are not a Chorus frame (magic 0x%08x)", got->magic);
     return CHORUS_ERR_PROTOCOL;

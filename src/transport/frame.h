@@ -13,6 +13,9 @@
 #include "chorus.h"
 
 #define CHORUS_FRAME_MAGIC 0x43484652u /* "CHFR" */
+/* Sent instead of a frame by a rank that found mismatched calls, carrying its own operation's
+ * signature, so that the peer too reports ERR_MISMATCH with both calls (not a closed link). */
+#define CHORUS_FRAME_ABORT_MAGIC 0x43484142u /* "CHAB" */
 #define CHORUS_PROTO_VERSION 1
 
 typedef struct {

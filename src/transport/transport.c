@@ -112,6 +112,20 @@ static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, i
   return CHORUS_OK;
 }
 
+/* Tells the peer that sent a mismatched frame what this rank runs (its own signature), so it
+ * reports the mismatch too. Best effort, and only at a frame boundary of this stream, where a
+ * header cannot cut into a frame already on its way. */
+static void send_abort(chorus_transport_t* tp, chorus_stream_t* s, const chorus_frame_hdr_t* mine) {
+  if (s->tx_hdr_off || s->tx_off) return;
+  chorus_frame_hdr_t abort_hdr = *mine;
+  abort_hdr.magic = CHORUS_FRAME_ABORT_MAGIC;
+  struct iovec iov = {&abort_hdr, sizeof(abort_hdr)};
+  if (stream_writev(tp, s, &iov, 1) != (ssize_t)sizeof(abort_hdr)) {
+    /* A partial write would leave half a header: the peer then reports a protocol error or a
+     * closed link instead, which is still an error on its side. */
+  }
+}
+
 /* Reads and validates the header of the next frame. 1 when it is complete and matches. */
 static int recv_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t* x, chorus_status_t* st, int* moved) {
   ssize_t n = stream_read(tp, s, (char*)&s->rx_hdr + s->rx_hdr_off, sizeof(s->rx_hdr) - s->rx_hdr_off);
@@ -122,6 +136,7 @@ static int recv_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t
   if (s->rx_hdr_off < sizeof(s->rx_hdr)) return 0;
   char why[400];
   *st = chorus__frame_check(&s->rx_hdr, &x->hdr, why, sizeof(why));
+  if (*st == CHORUS_ERR_MISMATCH && s->rx_hdr.magic == CHORUS_FRAME_MAGIC) send_abort(tp, s, &x->hdr);
   if (*st < 0) {
     snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): %s", s->peer, tp->peers[s->peer].host, why);
     return 0;

@@ -61,6 +61,11 @@ static chorus_status_t progress(chorus_task_t* t) {
     s->k++;
     chorus__shm_advance(t, s, 0);
   }
+  /* The root returns once every rank has its copy: one flag wait, during which the signature
+   * check also catches a rank that runs another call (two ranks that both think they are root
+   * would otherwise both return at once, having received nothing). */
+  if (t->rank == root && s->nchunks)
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_DONE, s->base + s->nchunks, &st), st);
   return CHORUS_OK;
 }
 

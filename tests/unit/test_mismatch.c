@@ -1,0 +1,62 @@
+/*
+ * test_mismatch.c - mismatched calls must end with CHORUS_ERR_MISMATCH on every involved rank,
+ * with both calls named in the message, over shared memory and over TCP, quickly: never wrong
+ * data, never a hang. Two ranks: both are involved.
+ */
+#include <string.h>
+
+#include "ranks.h"
+#include "test.h"
+
+typedef struct {
+  int kind; /* 0: counts differ; 1: allreduce vs broadcast; 2: dtypes differ; 3: roots differ */
+} case_t;
+
+static int body(chorus_comm_t* c, int rank, void* arg) {
+  const case_t* k = arg;
+  static float bufs[2][2][8192];
+  float *in = bufs[rank][0], *out = bufs[rank][1];
+  double t0 = test_now_sec();
+  chorus_status_t st;
+  switch (k->kind) {
+    case 0: st = chorus_allreduce(in, out, rank ? 1500 : 1000, CHORUS_FLOAT32, CHORUS_SUM, c); break;
+    case 1:
+      st = rank ? chorus_broadcast(in, out, 1000, CHORUS_FLOAT32, 0, c)
+                : chorus_allreduce(in, out, 1000, CHORUS_FLOAT32, CHORUS_SUM, c);
+      break;
+    case 2: st = chorus_allreduce(in, out, 1000, rank ? CHORUS_INT32 : CHORUS_FLOAT32, CHORUS_SUM, c); break;
+    default:
+      /* Both ranks think they are the root: nobody receives anything. Shared memory catches it
+       * in the call; over TCP the next call reads the other root's stale frame. */
+      st = chorus_broadcast(in, out, 1000, CHORUS_FLOAT32, rank, c);
+      if (st == CHORUS_OK) st = chorus_barrier(c);
+      break;
+  }
+  if (st != CHORUS_ERR_MISMATCH) FAIL("rank %d got %s: %s", rank, chorus_status_name(st), chorus_comm_last_error(c));
+  const char* msg = chorus_comm_last_error(c);
+  /* Both calls are in the sentence: two sequence numbers. */
+  const char* first = strstr(msg, " #");
+  ASSERT_TRUE(first != NULL && strstr(first + 2, " #") != NULL);
+  ASSERT_TRUE(test_now_sec() - t0 < 5.0);
+  /* The communicator is broken now, at once. */
+  ASSERT_STATUS(chorus_barrier(c), CHORUS_ERR_COMM_BROKEN);
+  return 0;
+}
+
+static void run_all_kinds(void) {
+  chorus_config_t cfg = CHORUS_CONFIG_INIT;
+  cfg.timeout_sec = 20;
+  for (int kind = 0; kind < 4; kind++) {
+    case_t k = {kind};
+    test_set_context("kind %d", kind);
+    ASSERT_EQ(run_ranks_cfg(2, &cfg, body, &k), 0);
+  }
+}
+
+TEST(mismatch_every_rank_knows_shm) { run_all_kinds(); }
+
+TEST(mismatch_every_rank_knows_tcp) {
+  setenv("CHORUS_SHM_DISABLE", "1", 1);
+  run_all_kinds();
+  unsetenv("CHORUS_SHM_DISABLE");
+}
