@@ -176,18 +176,25 @@ static void timed_cond_wait(chorus_comm_t* comm, int ms) {
   pthread_cond_timedwait(&comm->cv, &comm->mu, &ts);
 }
 
+/* Drives progress toward target if no other thread does; otherwise waits a little for that
+ * thread to finish a task or give the role up. mu held. */
+static void drive_or_wait(chorus_comm_t* comm, const chorus_task_t* target) {
+  if (comm->progressing) {
+    timed_cond_wait(comm, MAX_SLEEP_MS);
+    return;
+  }
+  comm->progressing = 1;
+  drive(comm, target);
+  comm->progressing = 0;
+  pthread_cond_broadcast(&comm->cv);
+}
+
 static void* bg_main(void* arg) {
   chorus_comm_t* comm = arg;
   pthread_mutex_lock(&comm->mu);
   while (!comm->bg_stop) {
-    if (!comm->head || comm->progressing) {
-      timed_cond_wait(comm, MAX_SLEEP_MS);
-      continue;
-    }
-    comm->progressing = 1;
-    drive(comm, NULL);
-    comm->progressing = 0;
-    pthread_cond_broadcast(&comm->cv);
+    if (comm->head) drive_or_wait(comm, NULL);
+    else timed_cond_wait(comm, MAX_SLEEP_MS);
   }
   pthread_mutex_unlock(&comm->mu);
   return NULL;
@@ -227,16 +234,7 @@ chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
 
 chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t) {
   pthread_mutex_lock(&comm->mu);
-  while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) {
-    if (comm->progressing) {
-      timed_cond_wait(comm, MAX_SLEEP_MS);
-      continue;
-    }
-    comm->progressing = 1;
-    drive(comm, t);
-    comm->progressing = 0;
-    pthread_cond_broadcast(&comm->cv);
-  }
+  while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) drive_or_wait(comm, t);
   chorus_status_t st = t->status;
   pthread_mutex_unlock(&comm->mu);
   return st;
@@ -264,16 +262,7 @@ void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req) {
 
 void chorus__engine_drain(chorus_comm_t* comm) {
   pthread_mutex_lock(&comm->mu);
-  while (comm->head) {
-    if (comm->progressing) {
-      timed_cond_wait(comm, MAX_SLEEP_MS);
-      continue;
-    }
-    comm->progressing = 1;
-    drive(comm, NULL);
-    comm->progressing = 0;
-    pthread_cond_broadcast(&comm->cv);
-  }
+  while (comm->head) drive_or_wait(comm, NULL);
   comm->bg_stop = 1;
   pthread_cond_broadcast(&comm->cv);
   int started = comm->bg_started;

@@ -46,26 +46,6 @@ static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus__shm_zc_reduce_slice(t, s, src, (char*)t->args.recvbuf + off * es, dst, len);
 }
 
-static void reduce_my_slice(chorus_task_t* t, chorus_shm_op_t* s, int which, size_t m) {
-  size_t off, len, es = t->dtype_size;
-  chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
-  if (!len) return;
-  char* dst = chorus__conn_shm_slot(t, t->rank, which) + off * es;
-  for (int q = 0; q < t->nranks; q++)
-    if (q != t->rank) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + off * es, len);
-  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
-}
-
-static void copy_out(chorus_task_t* t, int which, size_t first, size_t m) {
-  size_t es = t->dtype_size;
-  char* out = (char*)t->args.recvbuf + first * es;
-  for (int q = 0; q < t->nranks; q++) {
-    size_t off, len;
-    chorus__shm_slice(m, t->nranks, q, &off, &len);
-    if (len) memcpy(out + off * es, chorus__conn_shm_slot(t, q, which) + off * es, len * es);
-  }
-}
-
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
@@ -84,13 +64,13 @@ static chorus_status_t progress(chorus_task_t* t) {
         break;
       case 1: /* reduce my slice once every input is there */
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
-        reduce_my_slice(t, s, which, m);
+        chorus__shm_reduce_my_slice(t, s, which, m);
         chorus__conn_shm_publish(t, SHM_REDUCED, id);
         chorus__shm_advance(t, s, 2);
         break;
       default: /* copy every reduced slice out */
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_REDUCED, id, &st), st);
-        copy_out(t, which, first, m);
+        chorus__shm_copy_slices_out(t, which, first, m);
         chorus__conn_shm_publish(t, SHM_DONE, id);
         s->k++;
         chorus__shm_advance(t, s, 0);

@@ -47,7 +47,7 @@ static chorus_status_t progress(chorus_task_t* t) {
   while (s->k < s->nchunks) {
     uint64_t id = chorus__shm_id(s);
     int which = (int)(id & 1);
-    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count), off, len;
+    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
     switch (s->stage) {
       case 0:
         CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
@@ -57,13 +57,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         break;
       case 1:
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
-        chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
-        if (len) {
-          char* dst = chorus__conn_shm_slot(t, t->rank, which) + off * es;
-          for (int q = 0; q < t->nranks; q++)
-            if (q != t->rank) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + off * es, len);
-          if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
-        }
+        chorus__shm_reduce_my_slice(t, s, which, m);
         chorus__conn_shm_publish(t, SHM_REDUCED, id);
         if (t->rank == t->args.root) {
           chorus__shm_advance(t, s, 2);
@@ -75,11 +69,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         break;
       default:
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_REDUCED, id, &st), st);
-        for (int q = 0; q < t->nranks; q++) {
-          chorus__shm_slice(m, t->nranks, q, &off, &len);
-          if (len)
-            memcpy((char*)t->args.recvbuf + (first + off) * es, chorus__conn_shm_slot(t, q, which) + off * es, len * es);
-        }
+        chorus__shm_copy_slices_out(t, which, first, m);
         chorus__conn_shm_publish(t, SHM_DONE, id);
         s->k++;
         chorus__shm_advance(t, s, 0);

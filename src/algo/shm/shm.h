@@ -88,6 +88,31 @@ static inline void chorus__shm_advance(chorus_task_t* t, chorus_shm_op_t* s, int
   t->phase++;
 }
 
+/* Combines slice `rank` of chunk `which` (m elements) from every rank's slot into this rank's
+ * slot, in rank order starting with its own; avg divides. One writer per slice: every rank
+ * later copies the same bits. */
+static inline void chorus__shm_reduce_my_slice(chorus_task_t* t, chorus_shm_op_t* s, int which, size_t m) {
+  size_t off, len, es = t->dtype_size;
+  chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
+  if (!len) return;
+  char* dst = chorus__conn_shm_slot(t, t->rank, which) + off * es;
+  for (int q = 0; q < t->nranks; q++)
+    if (q != t->rank) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + off * es, len);
+  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
+}
+
+/* Copies every rank's reduced slice of chunk `which` (m elements starting at element `first`)
+ * into the receive buffer. */
+static inline void chorus__shm_copy_slices_out(chorus_task_t* t, int which, size_t first, size_t m) {
+  size_t es = t->dtype_size;
+  char* out = (char*)t->args.recvbuf + first * es;
+  for (int q = 0; q < t->nranks; q++) {
+    size_t off, len;
+    chorus__shm_slice(m, t->nranks, q, &off, &len);
+    if (len) memcpy(out + off * es, chorus__conn_shm_slot(t, q, which) + off * es, len * es);
+  }
+}
+
 /* Cost: one flag round trip (~1 us through shared cache lines) per stage and chunk, plus the
  * bytes each rank copies at memory speed (~10 GB/s = 10000 bytes/us on these machines). */
 static inline double chorus__shm_cost_us(double stages_per_chunk, size_t nchunks, double bytes_moved) {
