@@ -17,6 +17,9 @@
 #include "core/comm.h"
 #include "core/log.h"
 
+/* How long a waiter polls without yielding before sched_yield and then sleep. */
+#define BUSY_POLL_NS 3000ull
+
 /* Longest single sleep: bounds how late a timeout or an abort is noticed. */
 #define MAX_SLEEP_MS 100
 
@@ -155,7 +158,11 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target) {
     }
     if (!spin_start) spin_start = now;
     pthread_mutex_unlock(&comm->mu);
-    if (now - spin_start < (uint64_t)comm->spin_us * 1000ull) {
+    if (now - spin_start < BUSY_POLL_NS) {
+      /* A peer on another core usually answers within a microsecond or two: poll without a
+       * system call first, then yield (other ranks may need this core), then sleep. */
+      for (int i = 0; i < 16; i++) __builtin_ia32_pause();
+    } else if (now - spin_start < (uint64_t)comm->spin_us * 1000ull) {
       sched_yield();
     } else {
       uint64_t until_timeout_ms = (comm->last_activity_ns + timeout_ns - now) / 1000000 + 1;
