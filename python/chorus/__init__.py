@@ -1,0 +1,53 @@
+"""Chorus for Python: collectives over shared memory and TCP on numpy arrays and torch tensors,
+in place, through ctypes. `import chorus.torch` adds the torch.distributed backend "chorus".
+
+    import chorus, numpy as np
+    comm = chorus.init()                  # from CHORUS_* / torchrun / Slurm / Open MPI env
+    x = np.arange(4, dtype=np.float32)
+    comm.allreduce(x)                     # in place, sum over ranks
+    req = comm.iallreduce(x, op="max")    # non-blocking
+    req.wait()
+"""
+
+from . import _lib
+from .comm import Communicator, Request, UniqueId, init
+from .errors import (
+    ChorusError,
+    CommBrokenError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidUsageError,
+    MismatchError,
+    NoMemoryError,
+    NotSupportedError,
+    ProtocolError,
+    RemoteError,
+    SystemCallError,
+    TimeoutError,
+)
+from .store import FileStore
+
+__version__ = "0.1.0"
+
+SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
+SPLIT_NOCOLOR = -1
+
+#: The element types and reduction ops the loaded library knows, by name.
+DTYPES = tuple(_lib.DTYPES)
+OPS = tuple(_lib.OPS)
+#: Path of the libchorus.so in use.
+library_path = _lib.library_path
+
+
+def library_version():
+    """CHORUS_VERSION_CODE of the loaded library (major * 10000 + minor * 100 + patch)."""
+    return _lib.lib.chorus_version()
+
+
+__all__ = [
+    "AVG", "ChorusError", "CommBrokenError", "Communicator", "DTYPES", "FileStore",
+    "InternalError", "InvalidArgumentError", "InvalidUsageError", "MAX", "MIN", "MismatchError",
+    "NoMemoryError", "NotSupportedError", "OPS", "PROD", "ProtocolError", "RemoteError",
+    "Request", "SPLIT_NOCOLOR", "SUM", "SystemCallError", "TimeoutError", "UniqueId", "init",
+    "library_path", "library_version",
+]

@@ -1,0 +1,564 @@
+"""Communicator, Request and UniqueId: the Pythonic face of include/chorus.h.
+
+Collectives operate in place on the caller's numpy arrays or torch tensors (no copies): the
+library gets their data pointers. Blocking calls run the C blocking call with the GIL released;
+async_op=True (or the i-prefixed twins) returns a Request whose wait() returns the output. A
+request's buffers are kept alive until the library is done with them, even if the Request
+object is dropped, so a forgotten request can never write into freed memory.
+"""
+
+import ctypes
+import functools
+import threading
+import weakref
+
+from . import _lib
+from ._buffers import as_buffer, new_like
+from .errors import error_for_status, python_side_error
+
+_lib_handle = _lib.lib
+
+
+def _op_code(op):
+    """Chorus op value for "sum"/"prod"/"max"/"min"/"avg" (any case) or a chorus.SUM constant."""
+    name = str(op).lower()
+    if name == "product":
+        name = "prod"
+    if name not in _lib.OPS:
+        raise ValueError(f"unknown reduction op {op!r}; known: {', '.join(_lib.OPS)}")
+    return _lib.OPS[name]
+
+
+def _make_config(timeout_sec=0, connect_timeout_sec=0, nsocks_per_peer=0, name=None):
+    """A chorus_config_t (CHORUS_CONFIG_INIT plus the given fields) and the bytes it points at."""
+    name_bytes = name.encode() if name else None
+    cfg = _lib.ConfigStruct(
+        ctypes.sizeof(_lib.ConfigStruct),
+        _lib.HEADER_VERSION_CODE,
+        int(timeout_sec),
+        int(connect_timeout_sec),
+        int(nsocks_per_peer),
+        name_bytes,
+    )
+    return cfg, name_bytes
+
+
+class UniqueId:
+    """The 128-byte opaque bootstrap identity of chorus_get_unique_id. Making one (new()) also
+    makes this process serve the bootstrap store until every rank has joined."""
+
+    NBYTES = _lib.UNIQUE_ID_BYTES
+
+    def __init__(self, raw_bytes):
+        raw_bytes = bytes(raw_bytes)
+        if len(raw_bytes) != self.NBYTES:
+            raise ValueError(f"a chorus unique id has {self.NBYTES} bytes, got {len(raw_bytes)}")
+        self._raw = raw_bytes
+
+    @classmethod
+    def new(cls):
+        struct = _lib.UniqueIdStruct()
+        status = _lib_handle.chorus_get_unique_id(ctypes.byref(struct))
+        if status < 0:
+            raise error_for_status(status, operation="chorus_get_unique_id")
+        return cls(bytes(struct.internal))
+
+    @classmethod
+    def from_bytes(cls, raw_bytes):
+        return cls(raw_bytes)
+
+    def to_bytes(self):
+        return self._raw
+
+    def _struct(self):
+        struct = _lib.UniqueIdStruct()
+        ctypes.memmove(struct.internal, self._raw, self.NBYTES)
+        return struct
+
+    def __repr__(self):
+        return f"UniqueId({self._raw[:8].hex()}...)"
+
+
+class _InFlight:
+    """One posted non-blocking operation: the C request and the buffers it uses."""
+
+    __slots__ = ("handle", "keepalive", "status", "error", "operation", "lock")
+
+    def __init__(self, handle, keepalive, operation):
+        self.handle = handle  # int address of the chorus_req_t, None once freed
+        self.keepalive = keepalive
+        self.status = None  # final chorus_status_t once known
+        self.error = ""  # the library's sentence when status < 0
+        self.operation = operation
+        self.lock = threading.Lock()
+
+
+class Request:
+    """A non-blocking operation. wait() blocks until it completes and returns its output (or
+    raises a ChorusError); test() returns True once it has completed."""
+
+    def __init__(self, comm, record, result):
+        self._comm = comm
+        self._record = record
+        self._result = result
+
+    def test(self):
+        record = self._record
+        with record.lock:
+            if record.status is None:
+                self._comm._test_record(record)
+            status = record.status
+        if status is None:
+            return False
+        self._raise_if_failed(status)
+        return True
+
+    def wait(self):
+        record = self._record
+        with record.lock:
+            if record.status is None:
+                self._comm._wait_record(record)
+            status = record.status
+        self._raise_if_failed(status)
+        return self._result
+
+    @property
+    def done(self):
+        return self._record.status is not None
+
+    @property
+    def result(self):
+        """The output object (valid once the request completed)."""
+        return self._result
+
+    def _raise_if_failed(self, status):
+        if status < 0:
+            raise error_for_status(status, self._record.error,
+                                   self._record.operation)
+
+    def __del__(self):
+        # Dropped while in flight: the communicator keeps the buffers until completion.
+        comm = getattr(self, "_comm", None)
+        if comm is not None and self._record.status is None:
+            comm._adopt_orphan(self._record)
+
+
+def _destroy_handle(handle, inflight, books_lock):
+    """Frees leftover requests (they finish in the background), then the communicator, which
+    waits for its operations; only then may the kept-alive buffers go. A request another
+    thread is waiting on is freed by that thread once its wait returns (record.lock)."""
+    with books_lock:
+        records = list(inflight)
+    for record in records:
+        with record.lock, books_lock:
+            if record.handle is not None:
+                _lib_handle.chorus_req_free(record.handle)
+                record.handle = None
+    _lib_handle.chorus_comm_destroy(handle)
+    with books_lock:
+        inflight.clear()
+
+
+class Communicator:
+    """A group of ranks (chorus_comm_t). Make one with chorus.init(), Communicator.from_env(),
+    Communicator.from_unique_id() or Communicator.from_store()."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        # _lock orders posting (and blocking calls) across threads; _books_lock guards the
+        # record sets below for the short moments they change. Order: _lock, then _books_lock.
+        self._lock = threading.RLock()
+        self._books_lock = threading.Lock()
+        self._inflight = set()  # _InFlight records whose handle is not yet freed
+        self._orphans = set()  # records whose Request object was dropped
+        self._rank = self._query("rank")
+        self._size = self._query("size")
+        self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._inflight,
+                                          self._books_lock)
+
+    # ---- construction ----
+
+    @classmethod
+    def from_env(cls, **config):
+        """chorus_comm_init_env: CHORUS_RANK/SIZE/ADDR, torchrun, Slurm or Open MPI variables.
+        Keyword arguments are chorus_config_t fields (timeout_sec, connect_timeout_sec,
+        nsocks_per_peer, name)."""
+        cfg, _name_bytes = _make_config(**config)
+        handle = ctypes.c_void_p()
+        status = _lib_handle.chorus_comm_init_env(ctypes.byref(handle), ctypes.byref(cfg))
+        _raise_for_init(status, "chorus_comm_init_env")
+        return cls(handle.value)
+
+    @classmethod
+    def from_unique_id(cls, size, rank, unique_id, **config):
+        """chorus_comm_init: every one of `size` ranks calls this with the same unique id."""
+        cfg, _name_bytes = _make_config(**config)
+        struct = unique_id._struct()
+        handle = ctypes.c_void_p()
+        status = _lib_handle.chorus_comm_init(ctypes.byref(handle), int(size), int(rank),
+                                              ctypes.byref(struct), ctypes.byref(cfg))
+        _raise_for_init(status, "chorus_comm_init")
+        return cls(handle.value)
+
+    @classmethod
+    def from_store(cls, store, rank, size, key="chorus/unique_id", **config):
+        """Rank 0 makes a unique id and publishes its 128 bytes under `key` in `store` (any
+        object with set(key, bytes) and a get(key) that waits for the key, such as a
+        torch.distributed Store or chorus.FileStore); the other ranks read it there."""
+        if int(rank) == 0:
+            unique_id = UniqueId.new()
+            store.set(key, unique_id.to_bytes())
+        else:
+            unique_id = UniqueId.from_bytes(store.get(key))
+        return cls.from_unique_id(size, rank, unique_id, **config)
+
+    # ---- lifecycle and queries ----
+
+    def destroy(self):
+        """Waits for this communicator's operations, then frees it (chorus_comm_destroy)."""
+        with self._lock:
+            if self._handle is not None:
+                self._finalizer()
+                self._handle = None
+
+    close = destroy
+
+    def abort(self):
+        """Marks the communicator broken and wakes every waiter (chorus_comm_abort). Safe from
+        any thread; destroy() must still be called."""
+        handle = self._handle
+        if handle is not None:
+            _lib_handle.chorus_comm_abort(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.destroy()
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def size(self):
+        return self._size
+
+    @property
+    def local_rank(self):
+        return self._query("local_rank")
+
+    @property
+    def local_size(self):
+        return self._query("local_size")
+
+    @property
+    def host_count(self):
+        return self._query("host_count")
+
+    @property
+    def last_error(self):
+        """chorus_comm_last_error: the full sentence of the last error, or ""."""
+        handle = self._live_handle()
+        raw = _lib_handle.chorus_comm_last_error(handle)
+        return raw.decode(errors="replace") if raw else ""
+
+    def split(self, color, key=0):
+        """chorus_comm_split; returns None for color chorus.SPLIT_NOCOLOR (or any negative)."""
+        new_handle = ctypes.c_void_p()
+        with self._lock:
+            status = _lib_handle.chorus_comm_split(self._live_handle(), int(color), int(key),
+                                                   ctypes.byref(new_handle))
+            self._raise_for(status, "split")
+        return Communicator(new_handle.value) if new_handle.value else None
+
+    def __repr__(self):
+        state = "closed" if self._handle is None else f"rank {self._rank} of {self._size}"
+        return f"<chorus.Communicator {state}>"
+
+    # ---- collectives ----
+
+    def allreduce(self, buffer, op="sum", out=None, *, dtype=None, async_op=False):
+        """out[i] = op over ranks of buffer[i]. In place (into buffer) when out is None."""
+        send, recv = self._send_recv_pair(buffer, out, dtype, "allreduce")
+        self._require_count(recv, send.count, "allreduce out")
+        args = (send.address, recv.address, send.count, send.dtype_code, _op_code(op))
+        return self._run("allreduce", args, (send, recv), recv.obj, async_op)
+
+    def broadcast(self, buffer, root=0, out=None, *, dtype=None, async_op=False):
+        """root's buffer lands in every rank's out (in place into buffer when out is None)."""
+        send, recv = self._send_recv_pair(buffer, out, dtype, "broadcast")
+        self._require_count(recv, send.count, "broadcast out")
+        args = (send.address, recv.address, send.count, send.dtype_code, int(root))
+        return self._run("broadcast", args, (send, recv), recv.obj, async_op)
+
+    def reduce(self, buffer, root=0, op="sum", out=None, *, dtype=None, async_op=False):
+        """Like allreduce, but only root receives the result (in out, or in place). Returns
+        the result on root and None on the other ranks."""
+        send, recv = self._send_recv_pair(buffer, out, dtype, "reduce")
+        self._require_count(recv, send.count, "reduce out")
+        args = (send.address, recv.address, send.count, send.dtype_code, _op_code(op), int(root))
+        result = recv.obj if self._rank == root else None
+        return self._run("reduce", args, (send, recv), result, async_op)
+
+    def allgather(self, buffer, out=None, *, dtype=None, async_op=False):
+        """out holds every rank's buffer in rank order; allocated (size, *buffer.shape) when
+        None. In place when buffer is this rank's slot of out."""
+        send = as_buffer(buffer, dtype=dtype, what="allgather buffer")
+        out = self._output_or_new(out, send, send.count * self._size,
+                                  (self._size,) + tuple(buffer.shape))
+        recv = as_buffer(out, dtype=send.dtype, writable=True, what="allgather out")
+        self._require_count(recv, send.count * self._size, "allgather out")
+        args = (send.address, recv.address, send.count, send.dtype_code)
+        return self._run("allgather", args, (send, recv), out, async_op)
+
+    def reduce_scatter(self, buffer, op="sum", out=None, *, dtype=None, async_op=False):
+        """buffer holds size blocks; this rank's out gets block `rank` of the reduction."""
+        send = as_buffer(buffer, dtype=dtype, what="reduce_scatter buffer")
+        recvcount = self._block_count(send, "reduce_scatter buffer")
+        out = self._output_or_new(out, send, recvcount, self._block_shape(buffer, recvcount))
+        recv = as_buffer(out, dtype=send.dtype, writable=True, what="reduce_scatter out")
+        self._require_count(recv, recvcount, "reduce_scatter out")
+        args = (send.address, recv.address, recvcount, send.dtype_code, _op_code(op))
+        return self._run("reduce_scatter", args, (send, recv), out, async_op)
+
+    def alltoall(self, buffer, out=None, *, dtype=None, async_op=False):
+        """Block j of this rank's buffer lands as block `rank` of rank j's out."""
+        send = as_buffer(buffer, dtype=dtype, what="alltoall buffer")
+        block_count = self._block_count(send, "alltoall buffer")
+        out = self._output_or_new(out, send, send.count, tuple(buffer.shape))
+        recv = as_buffer(out, dtype=send.dtype, writable=True, what="alltoall out")
+        self._require_count(recv, send.count, "alltoall out")
+        args = (send.address, recv.address, block_count, send.dtype_code)
+        return self._run("alltoall", args, (send, recv), out, async_op)
+
+    def gather(self, buffer, root=0, out=None, *, dtype=None, async_op=False):
+        """root's out (allocated (size, *buffer.shape) when None) receives every rank's
+        buffer in rank order. Returns out on root, None elsewhere."""
+        send = as_buffer(buffer, dtype=dtype, what="gather buffer")
+        keep = [send]
+        recv_address = None
+        result = None
+        if self._rank == root:
+            out = self._output_or_new(out, send, send.count * self._size,
+                                      (self._size,) + tuple(buffer.shape))
+            recv = as_buffer(out, dtype=send.dtype, writable=True, what="gather out")
+            self._require_count(recv, send.count * self._size, "gather out")
+            keep.append(recv)
+            recv_address, result = recv.address, out
+        args = (send.address, recv_address, send.count, send.dtype_code, int(root))
+        return self._run("gather", args, tuple(keep), result, async_op)
+
+    def scatter(self, buffer, out, root=0, *, dtype=None, async_op=False):
+        """Block r of root's buffer (size * out elements) lands in rank r's out. buffer is
+        read on root only and may be None elsewhere."""
+        recv = as_buffer(out, dtype=dtype, writable=True, what="scatter out")
+        keep = [recv]
+        send_address = None
+        if self._rank == root:
+            send = as_buffer(buffer, dtype=recv.dtype, what="scatter buffer")
+            self._require_count(send, recv.count * self._size, "scatter buffer")
+            keep.append(send)
+            send_address = send.address
+        args = (send_address, recv.address, recv.count, recv.dtype_code, int(root))
+        return self._run("scatter", args, tuple(keep), out, async_op)
+
+    def barrier(self, *, async_op=False):
+        """Returns once every rank has entered the barrier."""
+        return self._run("barrier", (), (), None, async_op)
+
+    def send(self, buffer, peer, *, dtype=None, async_op=False):
+        """Sends buffer to rank `peer` (matched in order by its recv)."""
+        send = as_buffer(buffer, dtype=dtype, what="send buffer")
+        args = (send.address, send.count, send.dtype_code, int(peer))
+        return self._run("send", args, (send,), None, async_op)
+
+    def recv(self, out, peer, *, dtype=None, async_op=False):
+        """Receives exactly out's element count from rank `peer` into out; returns out."""
+        recv = as_buffer(out, dtype=dtype, writable=True, what="recv out")
+        args = (recv.address, recv.count, recv.dtype_code, int(peer))
+        return self._run("recv", args, (recv,), out, async_op)
+
+    def sendrecv(self, buffer, dst, out, src, *, dtype=None, async_op=False):
+        """Sends buffer to dst and receives out from src at once; returns out."""
+        send = as_buffer(buffer, dtype=dtype, what="sendrecv buffer")
+        recv = as_buffer(out, dtype=send.dtype, writable=True, what="sendrecv out")
+        args = (send.address, send.count, int(dst), recv.address, recv.count, int(src),
+                send.dtype_code)
+        return self._run("sendrecv", args, (send, recv), out, async_op)
+
+    iallreduce = functools.partialmethod(allreduce, async_op=True)
+    ibroadcast = functools.partialmethod(broadcast, async_op=True)
+    ireduce = functools.partialmethod(reduce, async_op=True)
+    iallgather = functools.partialmethod(allgather, async_op=True)
+    ireduce_scatter = functools.partialmethod(reduce_scatter, async_op=True)
+    ialltoall = functools.partialmethod(alltoall, async_op=True)
+    igather = functools.partialmethod(gather, async_op=True)
+    iscatter = functools.partialmethod(scatter, async_op=True)
+    ibarrier = functools.partialmethod(barrier, async_op=True)
+    isend = functools.partialmethod(send, async_op=True)
+    irecv = functools.partialmethod(recv, async_op=True)
+    isendrecv = functools.partialmethod(sendrecv, async_op=True)
+
+    # ---- low-level posting, used by chorus.torch as well ----
+
+    def post(self, coll, args, keepalive, operation=None):
+        """Posts the non-blocking chorus_i<coll>(*args, comm, &req) and returns its _InFlight
+        record. Posting is serialised per communicator so that posting order, which is
+        completion order, is well defined across threads."""
+        req = ctypes.c_void_p()
+        fn = getattr(_lib_handle, "chorus_i" + coll)
+        with self._lock:
+            self._reap_orphans()
+            status = fn(*args, self._live_handle(), ctypes.byref(req))
+            self._raise_for(status, coll)
+            record = _InFlight(req.value, keepalive, operation or coll)
+            with self._books_lock:
+                self._inflight.add(record)
+        return record
+
+    def wait_record(self, record):
+        """Blocks (GIL released) until the record completes; returns its status and the
+        library's error sentence ("" on success)."""
+        with record.lock:
+            if record.status is None:
+                self._wait_record(record)
+        return record.status, record.error
+
+    def _run(self, coll, args, keepalive, result, async_op):
+        if async_op:
+            record = self.post(coll, args, keepalive)
+            return Request(self, record, result)
+        fn = getattr(_lib_handle, "chorus_" + coll)
+        with self._lock:
+            status = fn(*args, self._live_handle())
+            self._raise_for(status, coll)
+        return result
+
+    def _wait_record(self, record):
+        if record.handle is None:
+            self._finish_orphaned_by_destroy(record)
+            return
+        status = _lib_handle.chorus_wait(record.handle)
+        self._finish_record(record, status)
+
+    def _test_record(self, record):
+        if record.handle is None:
+            self._finish_orphaned_by_destroy(record)
+            return
+        done = ctypes.c_int(0)
+        status = _lib_handle.chorus_test(record.handle, ctypes.byref(done))
+        if done.value:
+            self._finish_record(record, status)
+        elif status < 0:  # the test itself failed (e.g. a bad request)
+            self._finish_record(record, status)
+
+    def _finish_orphaned_by_destroy(self, record):
+        # destroy() freed the request before anyone waited for it: its outcome is unknown.
+        with self._books_lock:
+            record.error = "the communicator was destroyed before the request completed"
+            record.status = _lib.status_value("CHORUS_ERR_INVALID_USAGE")
+            record.keepalive = None
+
+    def _finish_record(self, record, status):
+        with self._books_lock:
+            if status < 0:
+                record.error = self._error_text()
+            record.status = status
+            if record.handle is not None:
+                _lib_handle.chorus_req_free(record.handle)
+                record.handle = None
+            self._inflight.discard(record)
+            self._orphans.discard(record)
+            record.keepalive = None
+
+    def _adopt_orphan(self, record):
+        with self._books_lock:
+            if record.status is None and record.handle is not None:
+                self._orphans.add(record)
+
+    def _reap_orphans(self):
+        with self._books_lock:
+            orphans = list(self._orphans)
+        for record in orphans:
+            if record.lock.acquire(blocking=False):
+                try:
+                    if record.handle is not None:
+                        self._test_record(record)
+                finally:
+                    record.lock.release()
+
+    # ---- helpers ----
+
+    def _live_handle(self):
+        handle = self._handle
+        if handle is None:
+            raise python_side_error("CHORUS_ERR_INVALID_USAGE", "the communicator was destroyed")
+        return handle
+
+    def _query(self, what):
+        value = ctypes.c_int()
+        fn = getattr(_lib_handle, "chorus_comm_" + what)
+        status = fn(self._live_handle(), ctypes.byref(value))
+        self._raise_for(status, what)
+        return value.value
+
+    def _error_text(self):
+        raw = _lib_handle.chorus_comm_last_error(self._handle) if self._handle else None
+        return raw.decode(errors="replace") if raw else ""
+
+    def _raise_for(self, status, operation):
+        if status < 0:
+            raise error_for_status(status, self._error_text(), operation)
+
+    def _send_recv_pair(self, buffer, out, dtype, what):
+        in_place = out is None or out is buffer
+        send = as_buffer(buffer, dtype=dtype, writable=in_place, what=f"{what} buffer")
+        if in_place:
+            return send, send
+        recv = as_buffer(out, dtype=send.dtype, writable=True, what=f"{what} out")
+        return send, recv
+
+    def _block_count(self, buf, what):
+        if buf.count % self._size:
+            raise python_side_error(
+                "CHORUS_ERR_INVALID_ARG",
+                f"{what} has {buf.count} elements, not a multiple of size {self._size}")
+        return buf.count // self._size
+
+    def _block_shape(self, buffer, recvcount):
+        # A (size, ...) buffer scatters into (...)-shaped blocks; anything else into flat ones.
+        shape = tuple(buffer.shape)
+        if len(shape) >= 2 and shape[0] == self._size:
+            return shape[1:]
+        return (recvcount,)
+
+    @staticmethod
+    def _output_or_new(out, send, count, shape):
+        return new_like(send, count, shape) if out is None else out
+
+    @staticmethod
+    def _require_count(buf, count, what):
+        if buf.count != count:
+            raise python_side_error("CHORUS_ERR_INVALID_ARG",
+                                    f"{what} has {buf.count} elements, expected {count}")
+
+
+def _raise_for_init(status, operation):
+    if status < 0:
+        raise error_for_status(status, operation=operation)
+
+
+def init(store=None, rank=None, size=None, *, key="chorus/unique_id", **config):
+    """A communicator from the environment (chorus_comm_init_env) or, when `store` is given,
+    bootstrapped through it (rank 0 publishes the unique id). config: timeout_sec,
+    connect_timeout_sec, nsocks_per_peer, name."""
+    if store is None:
+        return Communicator.from_env(**config)
+    if rank is None or size is None:
+        raise ValueError("chorus.init(store=...) needs rank and size")
+    return Communicator.from_store(store, rank, size, key=key, **config)

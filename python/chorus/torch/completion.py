@@ -1,0 +1,114 @@
+"""The completion thread that turns Chorus non-blocking requests into torch futures.
+
+Any thread (the autograd engine's, the user's) posts a non-blocking call and gets a
+torch.futures.Future at once; one thread per communicator waits for the requests in posting
+order (the order the library completes them in), with the GIL released inside chorus_wait, then
+runs the finishing step (e.g. copying out of a staging buffer) and completes the future, which
+runs DDP's callbacks. Tensors stay referenced by the queue entry until their request is done.
+"""
+
+import atexit
+import collections
+import sys
+import threading
+
+import torch
+
+from ..errors import error_for_status
+
+_JOIN_TIMEOUT_SEC = 60.0
+
+
+class _Entry:
+    __slots__ = ("record", "future", "finish")
+
+    def __init__(self, record, future, finish):
+        self.record = record  # chorus.comm._InFlight, holds the buffers
+        self.future = future
+        self.finish = finish  # () -> the future's value, run after success
+
+
+class CompletionThread:
+    """Posts chorus_i* calls on `comm` and completes their futures from one daemon thread."""
+
+    def __init__(self, comm, name="chorus-completion"):
+        self._comm = comm
+        self._queue = collections.deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.max_pending = 0  # most requests ever in flight at once: evidence of overlap
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        # The thread must be gone before the interpreter finalizes: a daemon thread still
+        # inside torch's C++ (completing a future) when it tries to retake the GIL is
+        # killed by a forced unwind, and that aborts the process ("terminate called without
+        # an active exception"). Registered after the communicator was made, so this runs
+        # before the communicator's own exit-time finalizer (atexit is last in, first out).
+        atexit.register(self.shutdown)
+
+    def submit(self, coll, args, keepalive, finish, operation=None):
+        """Posts chorus_i<coll>(*args) and returns a torch Future completed with finish()'s
+        value, or with the ChorusError. Raises at once if the posting itself fails."""
+        future = torch.futures.Future()
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("chorus: the completion thread was shut down")
+            # Post and enqueue under one lock: queue order is then posting order.
+            record = self._comm.post(coll, args, keepalive, operation)
+            self._queue.append(_Entry(record, future, finish))
+            self.max_pending = max(self.max_pending, len(self._queue))
+            self._cond.notify()
+        return future
+
+    def shutdown(self):
+        """Lets the queued requests complete, then stops the thread. Idempotent."""
+        atexit.unregister(self.shutdown)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(_JOIN_TIMEOUT_SEC)
+
+    @property
+    def pending(self):
+        with self._cond:
+            return len(self._queue)
+
+    def _next_entry(self):
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            return self._queue[0] if self._queue else None
+
+    def _run(self):
+        while True:
+            entry = self._next_entry()
+            if entry is None:
+                return
+            try:
+                self._complete(entry)
+            except BaseException as exc:  # never die with futures left incomplete
+                if not entry.future.done():
+                    entry.future.set_exception(exc)
+            with self._cond:
+                self._queue.popleft()
+
+    def _complete(self, entry):
+        status, detail = self._comm.wait_record(entry.record)
+        if status < 0:
+            entry.future.set_exception(
+                error_for_status(status, detail, entry.record.operation))
+            return
+        try:
+            value = entry.finish()
+        except Exception as exc:  # a failed copy-out must fail the future, not the thread
+            entry.future.set_exception(exc)
+            return
+        try:
+            entry.future.set_result(value)
+        except Exception as exc:  # a callback raised: it is reported through its own future
+            _report_callback_error(exc)
+
+
+def _report_callback_error(exc):
+    print(f"chorus: a future callback raised: {exc!r}", file=sys.stderr)

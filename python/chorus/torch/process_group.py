@@ -1,0 +1,377 @@
+"""ProcessGroupChorus: a torch.distributed ProcessGroup (torch 1.13 Python subclass) whose
+collectives run on a Chorus communicator bootstrapped through the c10d store it is given.
+
+Every call posts a Chorus non-blocking operation and returns a Work made with
+_create_work_from_future, completed by the communicator's completion thread, so DDP's bucket
+allreduces overlap with the rest of backward. Methods accept opts=None and a bare tensor where
+torch passes a list. Tensors are used in place; a staging copy is made only when torch hands
+separate output tensors to a collective that needs one contiguous buffer (allgather,
+reduce_scatter, gather, scatter, alltoall), and skipped when those tensors are already
+consecutive views of one buffer.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from .. import _buffers, _lib
+from ..comm import Communicator
+from .completion import CompletionThread
+
+BACKEND_NAME = "chorus"
+UNIQUE_ID_KEY = "chorus_unique_id"
+
+_ReduceOp = dist.ReduceOp
+_OPS = (
+    (_ReduceOp.SUM, "sum"),
+    (_ReduceOp.PRODUCT, "prod"),
+    (_ReduceOp.MIN, "min"),
+    (_ReduceOp.MAX, "max"),
+    (_ReduceOp.AVG, "avg"),
+)
+
+
+def reduce_op_name(op):
+    """The Chorus op name for a torch ReduceOp (or RedOpType); ValueError for BAND, BOR, BXOR
+    and PREMUL_SUM, which Chorus does not offer."""
+    for torch_op, name in _OPS:
+        if op == torch_op:
+            return name
+    raise ValueError(f"chorus: reduce op {op} is not supported (sum, product, min, max, avg)")
+
+
+def _as_tensor_list(tensors):
+    if isinstance(tensors, torch.Tensor):
+        return [tensors]
+    return list(tensors)
+
+
+def _as_list_of_lists(tensor_lists):
+    """[[t0, t1, ...]] from either that or a bare [t0, t1, ...]."""
+    tensor_lists = list(tensor_lists)
+    if tensor_lists and isinstance(tensor_lists[0], torch.Tensor):
+        return [tensor_lists]
+    return [list(inner) for inner in tensor_lists]
+
+
+def _single(tensors, what):
+    tensors = _as_tensor_list(tensors)
+    if len(tensors) != 1:
+        raise ValueError(f"chorus: {what} takes exactly one tensor per process, got {len(tensors)}")
+    return tensors
+
+
+def _option(opts, attribute, default):
+    return default if opts is None else getattr(opts, attribute, default)
+
+
+def _reduce_op_of(opts):
+    """opts may be None, an *Options object, or a bare ReduceOp (as in pg.allreduce(t, op))."""
+    if opts is None:
+        return "sum"
+    op = getattr(opts, "reduceOp", opts)
+    return reduce_op_name(op)
+
+
+def _root_of(opts):
+    """opts may be None (root 0), an options object with rootRank, or a bare int."""
+    if isinstance(opts, int):
+        return opts
+    if _option(opts, "rootTensor", 0) != 0:
+        raise ValueError("chorus: only rootTensor 0 is supported (one tensor per process)")
+    return _option(opts, "rootRank", 0)
+
+
+def _consecutive_views(tensors):
+    """True when the tensors are contiguous views of one storage, same dtype and size, laid
+    end to end in list order: then they are one buffer and need no staging copy."""
+    first = tensors[0]
+    nbytes = first.numel() * first.element_size()
+    storage_address = first.storage().data_ptr()
+    for index, tensor in enumerate(tensors):
+        if (not tensor.is_contiguous() or tensor.dtype != first.dtype
+                or tensor.numel() != first.numel()
+                or tensor.storage().data_ptr() != storage_address
+                or tensor.data_ptr() != first.data_ptr() + index * nbytes):
+            return False
+    return True
+
+
+def _check_same_shape(tensors, reference, what):
+    for tensor in tensors:
+        if tensor.numel() != reference.numel() or tensor.dtype != reference.dtype:
+            raise ValueError(f"chorus: every {what} tensor must have the numel and dtype of "
+                             f"the input ({reference.numel()} x {reference.dtype})")
+
+
+def _block_buffer(tensors):
+    """(buffer, needs_copy): one contiguous buffer over the list of same-shape tensors; a
+    fresh staging buffer when they are not already consecutive views of one storage."""
+    first = tensors[0]
+    if _consecutive_views(tensors):
+        flat = first.as_strided((len(tensors) * first.numel(),), (1,), first.storage_offset())
+        return flat, False
+    return torch.empty((len(tensors), first.numel()), dtype=first.dtype), True
+
+
+def _copy_blocks_out(flat, tensors):
+    for index, tensor in enumerate(tensors):
+        tensor.view(-1).copy_(flat.view(len(tensors), -1)[index])
+
+
+def _copy_blocks_in(flat, tensors):
+    for index, tensor in enumerate(tensors):
+        flat.view(len(tensors), -1)[index].copy_(tensor.reshape(-1))
+
+
+def _env_sec(variable):
+    value = os.environ.get(variable)
+    return int(value) if value else 0
+
+
+class ProcessGroupChorus(dist.ProcessGroup):
+    """A torch.distributed process group served by Chorus. Created by
+    dist.init_process_group("chorus") once chorus.torch is imported, or directly with
+    ProcessGroupChorus(store, rank, size, timeout) or ProcessGroupChorus.from_comm(comm)."""
+
+    def __init__(self, store, rank, size, timeout=None, comm=None):
+        super().__init__(rank, size)
+        if comm is None:
+            comm = _comm_from_store(store, rank, size, timeout)
+        if comm.rank != rank or comm.size != size:
+            raise ValueError(f"chorus: communicator is rank {comm.rank} of {comm.size}, "
+                             f"the process group rank {rank} of {size}")
+        self._comm = comm
+        self._engine = CompletionThread(comm, name=f"chorus-pg-{rank}")
+
+    @classmethod
+    def from_comm(cls, comm):
+        return cls(None, comm.rank, comm.size, comm=comm)
+
+    @property
+    def comm(self):
+        """The underlying chorus.Communicator."""
+        return self._comm
+
+    def getBackendName(self):  # noqa: N802 - the name c10d calls
+        return BACKEND_NAME
+
+    def shutdown(self):
+        """Completes queued operations, stops the completion thread, frees the communicator."""
+        engine, self._engine = getattr(self, "_engine", None), None
+        if engine is not None:
+            engine.shutdown()
+            self._comm.destroy()
+
+    # ---- helpers ----
+
+    def _work(self, coll, args, keepalive, finish):
+        future = self._engine_or_raise().submit(coll, args, keepalive, finish)
+        return _create_work_from_future(future)
+
+    def _engine_or_raise(self):
+        if self._engine is None:
+            raise RuntimeError("chorus: this process group was shut down")
+        return self._engine
+
+    @staticmethod
+    def _buf(tensor, what):
+        return _buffers.as_buffer(tensor, what=f"chorus {what}")
+
+    # ---- collectives served through the c10d trampoline (and from Python) ----
+
+    def allreduce(self, tensors, opts=None):
+        tensors = _single(tensors, "allreduce")
+        buf = self._buf(tensors[0], "allreduce")
+        op = self._comm_op(_reduce_op_of(opts))
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
+        return self._work("allreduce", args, (tensors, buf), lambda: tensors)
+
+    def broadcast(self, tensors, opts=None):
+        tensors = _single(tensors, "broadcast")
+        buf = self._buf(tensors[0], "broadcast")
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, _root_of(opts))
+        return self._work("broadcast", args, (tensors, buf), lambda: tensors)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        outputs = _as_list_of_lists(output_tensors)
+        inputs = _single(input_tensors, "allgather")
+        if len(outputs) != 1 or len(outputs[0]) != self.size():
+            raise ValueError(f"chorus: allgather needs one list of {self.size()} output tensors")
+        outs = outputs[0]
+        _check_same_shape(outs, inputs[0], "allgather output")
+        send = self._buf(inputs[0], "allgather input")
+        flat, needs_copy = _block_buffer(outs)
+        recv = self._buf(flat, "allgather output")
+        args = (send.address, recv.address, send.count, send.dtype_code)
+
+        def finish():
+            if needs_copy:
+                _copy_blocks_out(flat, outs)
+            return outs
+
+        return self._work("allgather", args, (inputs, outs, flat, send, recv), finish)
+
+    def _allgather_base(self, output_tensor, input_tensor, opts=None):
+        send = self._buf(input_tensor, "allgather input")
+        recv = self._buf(output_tensor, "allgather output")
+        if recv.count != send.count * self.size() or recv.dtype != send.dtype:
+            raise ValueError("chorus: allgather output must hold size x input elements")
+        args = (send.address, recv.address, send.count, send.dtype_code)
+        return self._work("allgather", args, (input_tensor, output_tensor, send, recv),
+                          lambda: [output_tensor])
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        outputs = _single(output_tensors, "reduce_scatter")
+        inputs = _as_list_of_lists(input_tensors)
+        if len(inputs) != 1 or len(inputs[0]) != self.size():
+            raise ValueError(f"chorus: reduce_scatter needs one list of {self.size()} inputs")
+        ins = inputs[0]
+        _check_same_shape(ins, outputs[0], "reduce_scatter input")
+        flat, needs_copy = _block_buffer(ins)
+        if needs_copy:
+            _copy_blocks_in(flat, ins)
+        send = self._buf(flat, "reduce_scatter input")
+        recv = self._buf(outputs[0], "reduce_scatter output")
+        op = self._comm_op(_reduce_op_of(opts))
+        args = (send.address, recv.address, recv.count, recv.dtype_code, op)
+        return self._work("reduce_scatter", args, (outputs, ins, flat, send, recv),
+                          lambda: outputs)
+
+    def _reduce_scatter_base(self, output_tensor, input_tensor, opts=None):
+        send = self._buf(input_tensor, "reduce_scatter input")
+        recv = self._buf(output_tensor, "reduce_scatter output")
+        if send.count != recv.count * self.size() or recv.dtype != send.dtype:
+            raise ValueError("chorus: reduce_scatter input must hold size x output elements")
+        op = self._comm_op(_reduce_op_of(opts))
+        args = (send.address, recv.address, recv.count, recv.dtype_code, op)
+        return self._work("reduce_scatter", args, (input_tensor, output_tensor, send, recv),
+                          lambda: [output_tensor])
+
+    def barrier(self, opts=None):
+        return self._work("barrier", (), (), lambda: [])
+
+    def send(self, tensors, dstRank, tag=0):  # noqa: N803 - c10d's argument names
+        """Point to point. `tag` is accepted for compatibility; Chorus matches messages
+        between a pair of ranks in posting order instead."""
+        tensors = _single(tensors, "send")
+        buf = self._buf(tensors[0], "send")
+        args = (buf.address, buf.count, buf.dtype_code, int(dstRank))
+        return self._work("send", args, (tensors, buf), lambda: tensors)
+
+    def recv(self, tensors, srcRank, tag=0):  # noqa: N803
+        tensors = _single(tensors, "recv")
+        buf = self._buf(tensors[0], "recv")
+        args = (buf.address, buf.count, buf.dtype_code, int(srcRank))
+        return self._work("recv", args, (tensors, buf), lambda: tensors)
+
+    # ---- collectives that torch.distributed calls from Python only ----
+
+    def reduce(self, tensors, opts=None):
+        tensors = _single(tensors, "reduce")
+        buf = self._buf(tensors[0], "reduce")
+        op = self._comm_op(_reduce_op_of(opts))
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, op, _root_of(opts))
+        return self._work("reduce", args, (tensors, buf), lambda: tensors)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        inputs = _single(input_tensors, "gather")
+        root = _root_of(opts)
+        send = self._buf(inputs[0], "gather input")
+        keep = [inputs, send]
+        recv_address, outs, flat, needs_copy = None, [], None, False
+        if self.rank() == root:
+            outs = _as_list_of_lists(output_tensors)[0]
+            if len(outs) != self.size():
+                raise ValueError(f"chorus: gather needs {self.size()} output tensors on root")
+            _check_same_shape(outs, inputs[0], "gather output")
+            flat, needs_copy = _block_buffer(outs)
+            recv = self._buf(flat, "gather output")
+            keep += [outs, flat, recv]
+            recv_address = recv.address
+        args = (send.address, recv_address, send.count, send.dtype_code, root)
+
+        def finish():
+            if needs_copy:
+                _copy_blocks_out(flat, outs)
+            return outs
+
+        return self._work("gather", args, tuple(keep), finish)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        outputs = _single(output_tensors, "scatter")
+        root = _root_of(opts)
+        recv = self._buf(outputs[0], "scatter output")
+        keep = [outputs, recv]
+        send_address = None
+        if self.rank() == root:
+            ins = _as_list_of_lists(input_tensors)[0]
+            if len(ins) != self.size():
+                raise ValueError(f"chorus: scatter needs {self.size()} input tensors on root")
+            _check_same_shape(ins, outputs[0], "scatter input")
+            flat, needs_copy = _block_buffer(ins)
+            if needs_copy:
+                _copy_blocks_in(flat, ins)
+            send = self._buf(flat, "scatter input")
+            keep += [ins, flat, send]
+            send_address = send.address
+        args = (send_address, recv.address, recv.count, recv.dtype_code, root)
+        return self._work("scatter", args, tuple(keep), lambda: outputs)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        outs, ins = _as_tensor_list(output_tensors), _as_tensor_list(input_tensors)
+        if len(outs) != self.size() or len(ins) != self.size():
+            raise ValueError(f"chorus: alltoall needs {self.size()} input and output tensors")
+        _check_same_shape(outs + ins, ins[0], "alltoall")
+        send_flat, send_copy = _block_buffer(ins)
+        if send_copy:
+            _copy_blocks_in(send_flat, ins)
+        recv_flat, recv_copy = _block_buffer(outs)
+        send = self._buf(send_flat, "alltoall input")
+        recv = self._buf(recv_flat, "alltoall output")
+        args = (send.address, recv.address, ins[0].numel(), send.dtype_code)
+
+        def finish():
+            if recv_copy:
+                _copy_blocks_out(recv_flat, outs)
+            return outs
+
+        keep = (outs, ins, send_flat, recv_flat, send, recv)
+        return self._work("alltoall", args, keep, finish)
+
+    def alltoall_base(self, output_tensor, input_tensor, output_split_sizes,
+                      input_split_sizes, opts=None):
+        if output_split_sizes or input_split_sizes:
+            raise ValueError("chorus: all_to_all_single supports equal splits only")
+        send = self._buf(input_tensor, "alltoall input")
+        recv = self._buf(output_tensor, "alltoall output")
+        if send.count != recv.count or send.count % self.size() or send.dtype != recv.dtype:
+            raise ValueError("chorus: all_to_all_single needs equal-size input and output "
+                             "divisible by the group size")
+        args = (send.address, recv.address, send.count // self.size(), send.dtype_code)
+        return self._work("alltoall", args, (input_tensor, output_tensor, send, recv),
+                          lambda: [output_tensor])
+
+    @staticmethod
+    def _comm_op(name):
+        return _lib.OPS[name]
+
+
+def _comm_from_store(store, rank, size, timeout):
+    """Bootstraps a Communicator through the c10d store: rank 0 publishes the unique id.
+    torch's timeout bounds set-up and every operation unless CHORUS_TIMEOUT_SEC /
+    CHORUS_CONNECT_TIMEOUT_SEC say otherwise."""
+    timeout_sec = int(timeout.total_seconds()) if timeout is not None else 0
+    config = {
+        "timeout_sec": 0 if _env_sec("CHORUS_TIMEOUT_SEC") else timeout_sec,
+        "connect_timeout_sec": 0 if _env_sec("CHORUS_CONNECT_TIMEOUT_SEC") else timeout_sec,
+        "name": f"torch-rank{rank}",
+    }
+    return Communicator.from_store(store, rank, size, key=UNIQUE_ID_KEY, **config)
+
+
+def create_process_group(store, rank, size, timeout):
+    """The creator function registered with torch.distributed.Backend.register_backend."""
+    return ProcessGroupChorus(store, rank, size, timeout)

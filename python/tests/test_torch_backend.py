@@ -1,0 +1,322 @@
+"""The torch.distributed backend "chorus": every collective torch routes to it, through
+torch.distributed and through direct ProcessGroup calls (bare tensors, opts=None), async work,
+errors, the non-blocking behaviour DDP relies on, DDP itself (default path and the Chorus comm
+hook over a gloo default group), all checked bitwise against tests/reference.py. Run by every
+rank under the launcher (env:// init, or tcp:// with --init tcp):
+    build/chorus-run -n 4 /usr/bin/python3 python/tests/test_torch_backend.py [--init tcp]
+"""
+
+import argparse
+import copy
+import datetime
+import os
+import sys
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference as ref  # noqa: E402
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:
+    print("SKIP: torch is not installed for this python", flush=True)
+    sys.exit(ref.SKIP_RETURN_CODE)
+
+import chorus.torch  # noqa: E402  (registers the backend)
+
+TORCH_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+TORCH_OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
+             "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}
+DELAY_SEC = 1.0
+GLOO_DRAIN_SEC = 0.5
+
+
+def tensor_of(holder):
+    if holder.dtype == np.uint16:  # bfloat16 bits
+        return torch.from_numpy(holder.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.array(holder, copy=True))
+
+
+def numpy_of(tensor):
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(np.uint16)
+    return tensor.numpy()
+
+
+class BackendTests(unittest.TestCase):
+    @property
+    def n(self):
+        return dist.get_world_size()
+
+    @property
+    def r(self):
+        return dist.get_rank()
+
+    @property
+    def pg(self):
+        return dist.distributed_c10d._get_default_group()
+
+    def input(self, dtype, count, op="sum", salt=0, rank=None):
+        return tensor_of(ref.rank_input(self.r if rank is None else rank, count, dtype, op, salt))
+
+    def assertBits(self, tensor, expected, what):
+        got = numpy_of(tensor)
+        self.assertTrue(ref.same_bits(got, expected),
+                        f"{what}: got {got.reshape(-1)[:8]}, expected "
+                        f"{np.asarray(expected).reshape(-1)[:8]}")
+
+    def test_backend_is_chorus(self):
+        self.assertEqual(dist.get_backend(), "chorus")
+        self.assertIsInstance(self.pg, chorus.torch.ProcessGroupChorus)
+        self.assertEqual(self.pg.comm.size, self.n)
+        self.assertEqual(self.pg.comm.rank, self.r)
+
+    def test_all_reduce_every_dtype_and_op(self):
+        for dtype in TORCH_DTYPES:
+            for op_name, op in TORCH_OPS.items():
+                for count in (0, 1, 1023, 70001):
+                    t = self.input(dtype, count, op_name)
+                    dist.all_reduce(t, op=op)
+                    self.assertBits(t, ref.expected_reduction(self.n, count, dtype, op_name),
+                                    f"all_reduce {dtype} {op_name} {count}")
+
+    def test_async_all_reduce_many_in_flight(self):
+        posted = []
+        for i, dtype in enumerate(TORCH_DTYPES):
+            t = self.input(dtype, 50000, "max", salt=i)
+            posted.append((dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True), t, dtype, i))
+        for work, t, dtype, i in reversed(posted):
+            work.wait()
+            self.assertTrue(work.is_completed())
+            self.assertBits(t, ref.expected_reduction(self.n, 50000, dtype, "max", salt=i),
+                            f"async all_reduce {dtype}")
+
+    def test_futures_chain(self):
+        t = self.input("float32", 100, salt=4)
+        fut = dist.all_reduce(t, async_op=True).get_future()
+        doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+        expected = ref.expected_reduction(self.n, 100, "float32", "sum", salt=4) * 2
+        self.assertBits(doubled, expected, "future.then")
+
+    def test_posting_does_not_block(self):
+        """Rank 0 posts before the others join: the call must return at once with an
+        incomplete Work, which completes once they arrive (what DDP overlap relies on)."""
+        t = self.input("float32", 1000, salt=5)
+        if self.r != 0:
+            time.sleep(DELAY_SEC)
+        started = time.monotonic()
+        work = self.pg.allreduce(t)
+        posted_sec = time.monotonic() - started
+        if self.r == 0:
+            self.assertLess(posted_sec, DELAY_SEC / 2, "allreduce blocked the caller")
+            self.assertFalse(work.is_completed(), "completed before the peers called")
+        work.wait()
+        self.assertBits(t, ref.expected_reduction(self.n, 1000, "float32", "sum", salt=5),
+                        "late allreduce")
+
+    def test_broadcast_from_every_root(self):
+        for root in range(self.n):
+            for dtype in TORCH_DTYPES:
+                t = self.input(dtype, 777, salt=root) if self.r == root else \
+                    torch.zeros(777, dtype=getattr(torch, dtype))
+                dist.broadcast(t, src=root)
+                self.assertBits(t, ref.rank_input(root, 777, dtype, salt=root),
+                                f"broadcast {dtype} root {root}")
+
+    def test_all_gather_separate_and_view_outputs(self):
+        for dtype in TORCH_DTYPES:
+            expected = np.concatenate([ref.rank_input(q, 257, dtype, salt=2) for q in range(self.n)])
+            separate = [torch.empty(257, dtype=getattr(torch, dtype)) for _ in range(self.n)]
+            dist.all_gather(separate, self.input(dtype, 257, salt=2))
+            self.assertBits(torch.cat(separate), expected, f"all_gather separate {dtype}")
+            whole = torch.empty(self.n * 257, dtype=getattr(torch, dtype))
+            dist.all_gather(list(whole.chunk(self.n)), self.input(dtype, 257, salt=2))
+            self.assertBits(whole, expected, f"all_gather into views {dtype}")
+            into = torch.empty(self.n * 257, dtype=getattr(torch, dtype))
+            dist.all_gather_into_tensor(into, self.input(dtype, 257, salt=2))
+            self.assertBits(into, expected, f"all_gather_into_tensor {dtype}")
+
+    def test_reduce_scatter_list_and_tensor(self):
+        for dtype in TORCH_DTYPES:
+            for op_name in ("sum", "min", "avg"):
+                whole = self.input(dtype, 100 * self.n, op_name, salt=3)
+                expected = ref.expected_reduction(self.n, 100 * self.n, dtype, op_name, salt=3)
+                mine = expected[self.r * 100:(self.r + 1) * 100]
+                out = torch.empty(100, dtype=getattr(torch, dtype))
+                dist.reduce_scatter(out, [c.clone() for c in whole.chunk(self.n)],
+                                    op=TORCH_OPS[op_name])
+                self.assertBits(out, mine, f"reduce_scatter list {dtype} {op_name}")
+                out2 = torch.empty(100, dtype=getattr(torch, dtype))
+                dist.reduce_scatter_tensor(out2, whole, op=TORCH_OPS[op_name])
+                self.assertBits(out2, mine, f"reduce_scatter_tensor {dtype} {op_name}")
+
+    def test_reduce_gather_scatter(self):
+        root = self.n - 1
+        t = self.input("int64", 64, "max", salt=6)
+        dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+        if self.r == root:
+            self.assertBits(t, ref.expected_reduction(self.n, 64, "int64", "max", salt=6), "reduce")
+        gathered = [torch.empty(5, dtype=torch.float64) for _ in range(self.n)] \
+            if self.r == 0 else None
+        dist.gather(self.input("float64", 5, salt=7), gathered, dst=0)
+        if self.r == 0:
+            self.assertBits(torch.cat(gathered), np.concatenate(
+                [ref.rank_input(q, 5, "float64", salt=7) for q in range(self.n)]), "gather")
+        pieces = [tensor_of(ref.rank_input(q, 9, "int32", salt=8)) for q in range(self.n)] \
+            if self.r == root else None
+        out = torch.empty(9, dtype=torch.int32)
+        dist.scatter(out, pieces, src=root)
+        self.assertBits(out, ref.rank_input(self.r, 9, "int32", salt=8), "scatter")
+
+    def test_all_to_all_list_and_single(self):
+        n, r = self.n, self.r
+        ins = [torch.full((3,), float(10 * r + j)) for j in range(n)]
+        outs = [torch.empty(3) for _ in range(n)]
+        dist.all_to_all(outs, ins)
+        self.assertBits(torch.cat(outs), np.repeat(np.arange(n) * 10.0 + r, 3).astype(np.float32),
+                        "all_to_all")
+        single_out = torch.empty(3 * n)
+        dist.all_to_all_single(single_out, torch.cat(ins))
+        self.assertBits(single_out, np.repeat(np.arange(n) * 10.0 + r, 3).astype(np.float32),
+                        "all_to_all_single")
+
+    def test_barrier_and_point_to_point(self):
+        dist.barrier()
+        if self.n == 1:
+            return  # a blocking send to oneself before the receive cannot complete
+        right, left = (self.r + 1) % self.n, (self.r - 1) % self.n
+        got = torch.empty(5000, dtype=torch.float32)
+        if self.r % 2 == 0:
+            dist.send(self.input("float32", 5000, salt=10), dst=right)
+            dist.recv(got, src=left)
+        else:
+            dist.recv(got, src=left)
+            dist.send(self.input("float32", 5000, salt=10), dst=right)
+        self.assertBits(got, ref.rank_input(left, 5000, "float32", salt=10), "send/recv ring")
+        got2 = torch.empty(10, dtype=torch.int64)
+        sender = self.r % 2 == 0 and right != self.r
+        if sender and self.r + 1 < self.n:
+            dist.isend(self.input("int64", 10, salt=11), dst=self.r + 1).wait()
+        elif self.r % 2 == 1:
+            dist.irecv(got2, src=self.r - 1).wait()
+            self.assertBits(got2, ref.rank_input(self.r - 1, 10, "int64", salt=11), "irecv")
+
+    def test_direct_calls_with_bare_tensors_and_no_opts(self):
+        pg, n, r = self.pg, self.n, self.r
+        t = self.input("float32", 10)
+        pg.allreduce(t).wait()
+        self.assertBits(t, ref.expected_reduction(n, 10, "float32", "sum"), "pg.allreduce(t)")
+        t = self.input("int32", 10, "max")
+        pg.allreduce([t], dist.ReduceOp.MAX).wait()
+        self.assertBits(t, ref.expected_reduction(n, 10, "int32", "max"), "allreduce op arg")
+        b = self.input("int32", 4, salt=1) if r == 0 else torch.zeros(4, dtype=torch.int32)
+        pg.broadcast(b).wait()
+        self.assertBits(b, ref.rank_input(0, 4, "int32", salt=1), "pg.broadcast(t)")
+        outs = [torch.empty(2, dtype=torch.int64) for _ in range(n)]
+        pg.allgather(outs, self.input("int64", 2, salt=2)).wait()
+        self.assertBits(torch.cat(outs), np.concatenate(
+            [ref.rank_input(q, 2, "int64", salt=2) for q in range(n)]), "pg.allgather bare")
+        out = torch.empty(3, dtype=torch.float64)
+        ins = list(self.input("float64", 3 * n, salt=3).chunk(n))
+        pg.reduce_scatter(out, ins).wait()
+        self.assertBits(out, ref.expected_reduction(n, 3 * n, "float64", "sum", salt=3)[3 * r:3 * r + 3],
+                        "pg.reduce_scatter bare")
+        pg.barrier().wait()
+        if n > 1:
+            if r == 0:
+                pg.send(self.input("uint8", 7, salt=4), 1, 0).wait()
+            elif r == 1:
+                got = torch.empty(7, dtype=torch.uint8)
+                pg.recv(got, 0, 0).wait()
+                self.assertBits(got, ref.rank_input(0, 7, "uint8", salt=4), "pg.send/recv bare")
+        pg.barrier(None).wait()
+
+    def test_errors_raise_in_caller(self):
+        with self.assertRaisesRegex(ValueError, "not supported"):
+            dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND)
+        with self.assertRaisesRegex((TypeError, RuntimeError), "not supported by chorus"):
+            dist.all_reduce(torch.ones(3, dtype=torch.bool))
+        with self.assertRaisesRegex(ValueError, "contiguous"):
+            dist.all_reduce(torch.ones(4, 4)[:, 0])
+        with self.assertRaises(chorus.InvalidArgumentError):  # the library judges the root
+            self.pg.broadcast(torch.ones(3), self.n + 3)
+        # The group still works afterwards.
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        self.assertBits(t, np.full(2, self.n, dtype=np.float32), "after errors")
+
+    def _ddp_params(self, hook):
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(),
+                                    torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                    torch.nn.Linear(64, 3)).double()
+        reference_model = copy.deepcopy(model)  # trained on the full batch in one process
+        group = dist.new_group(backend="gloo") if hook else None
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=0.01, process_group=group)
+        state = None
+        if hook:
+            state = chorus.torch.ChorusHookState(process_group=group)
+            ddp.register_comm_hook(state, chorus.torch.allreduce_hook)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        ref_optimizer = torch.optim.SGD(reference_model.parameters(), lr=0.1)
+        generator = torch.Generator().manual_seed(2)
+        for _ in range(3):
+            x = torch.randn(8 * self.n, 16, generator=generator, dtype=torch.float64)
+            y = torch.randn(8 * self.n, 3, generator=generator, dtype=torch.float64)
+            mine = slice(8 * self.r, 8 * (self.r + 1))
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(ddp(x[mine]), y[mine]).backward()
+            optimizer.step()
+            ref_optimizer.zero_grad()
+            torch.nn.functional.mse_loss(reference_model(x), y).backward()
+            ref_optimizer.step()
+        for p, q in zip(model.parameters(), reference_model.parameters()):
+            self.assertTrue(torch.allclose(p, q, rtol=1e-10, atol=1e-12),
+                            f"DDP parameter differs from the full-batch reference by "
+                            f"{(p - q).abs().max().item():.3g}")
+        if state is not None:
+            self.assertGreaterEqual(state.engine.max_pending, 1)
+            state.shutdown()
+        if group is not None:
+            # torch 1.13 can deadlock destroying a gloo group whose workers still free a
+            # finished work's tensors (pytorch/pytorch#56297): drain, then destroy.
+            del ddp, optimizer
+            dist.barrier(group)
+            time.sleep(GLOO_DRAIN_SEC)
+            dist.destroy_process_group(group)
+
+    def test_ddp_default_path_matches_full_batch(self):
+        self._ddp_params(hook=False)
+
+    def test_ddp_chorus_hook_over_gloo_group_matches_full_batch(self):
+        self._ddp_params(hook=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--init", choices=("env", "tcp"), default="env")
+    args, rest = parser.parse_known_args()
+    torch.set_num_threads(1)
+    if args.init == "tcp":
+        method = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        dist.init_process_group("chorus", init_method=method, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]),
+                                timeout=datetime.timedelta(seconds=120))
+    else:
+        dist.init_process_group("chorus", timeout=datetime.timedelta(seconds=120))
+    started = time.monotonic()
+    program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=1)
+    ok = program.result.wasSuccessful()
+    print(f"rank {dist.get_rank()}: torch backend ({args.init}://) "
+          f"{'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s", flush=True)
+    dist.destroy_process_group()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# scripts/test.sh - the build-and-test driver (.ci/run calls exactly this). Installs missing
+# build tools on Debian 12, builds three trees of the one CMake project - build/ (normal,
+# RelWithDebInfo), build-asan/ (-DCHORUS_ASAN=ON: ASan+UBSan), build-tsan/ (-DCHORUS_TSAN=ON) -
+# runs every test in build/ and the `quick` label in the sanitizer trees, prints the time of
+# each part and a summary, and exits non-zero if anything failed.
+#
+# Environment: CHORUS_TEST_PARTS="build asan tsan" selects parts; CTEST_ARGS adds ctest options;
+# CHORUS_BUILD_PREFIX=dir renames the trees dir/, dir-asan/, dir-tsan/ (default: build).
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+JOBS=$(nproc 2>/dev/null || echo 2)
+PARTS=${CHORUS_TEST_PARTS:-"build asan tsan"}
+CTEST_ARGS=${CTEST_ARGS:-}
+PREFIX=${CHORUS_BUILD_PREFIX:-build}
+SUMMARY=()
+FAILED=0
+SCRIPT_START=$SECONDS
+
+# Sanitizers stop at the first report so that a failure is the report, not its aftermath.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
+
+banner() { printf '\n==== %s\n' "$*"; }
+
+# part NAME COMMAND...: runs COMMAND, records its time and outcome in SUMMARY.
+part() {
+  local name=$1
+  shift
+  banner "$name"
+  local start=$SECONDS rc=0
+  "$@" || rc=$?
+  local took=$((SECONDS - start))
+  if [ "$rc" -eq 0 ]; then
+    SUMMARY+=("$(printf 'ok    %5ss  %s' "$took" "$name")")
+  else
+    SUMMARY+=("$(printf 'FAIL  %5ss  %s (exit %s)' "$took" "$name" "$rc")")
+    FAILED=1
+  fi
+  printf -- '---- %s: %s s, exit %s\n' "$name" "$took" "$rc"
+  return "$rc"
+}
+
+install_missing() {
+  local missing=()
+  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+  command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+  command -v make >/dev/null 2>&1 || missing+=(make)
+  # gcc only recommends the C library headers, and --no-install-recommends skips them.
+  [ -f /usr/include/stdio.h ] || missing+=(libc6-dev)
+  # The Python package and PyTorch backend tests run on Debian's python3 and its packages.
+  [ -x /usr/bin/python3 ] || missing+=(python3)
+  /usr/bin/python3 -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
+  /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
+  /usr/bin/python3 -c 'import sklearn' 2>/dev/null || missing+=(python3-sklearn)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  if [ "${#missing[@]}" -eq 0 ]; then
+    echo "cmake, gcc, make, libc6-dev, iproute2, python3-numpy/torch/sklearn are present"
+    return 0
+  fi
+  echo "installing: ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+      --no-install-recommends "${missing[@]}"
+}
+
+# build_tree DIR CMAKE_OPTIONS...: configures (once) and builds DIR.
+build_tree() {
+  local dir=$ROOT/$1
+  shift
+  cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" &&
+    cmake --build "$dir" -j "$JOBS"
+}
+
+# test_tree DIR CTEST_OPTIONS...: runs ctest in DIR; one test at a time, as the tests use
+# several threads or processes each and the machine may have only two cores.
+test_tree() {
+  local dir=$ROOT/$1
+  shift
+  # shellcheck disable=SC2086 # CTEST_ARGS is a list of options
+  (cd "$dir" && ctest --output-on-failure "$@" $CTEST_ARGS)
+}
+
+part "install build tools" install_missing || true
+
+for p in $PARTS; do
+  case $p in
+    build)
+      if part "$PREFIX: configure + build (RelWithDebInfo)" build_tree "$PREFIX"; then
+        part "$PREFIX: ctest (all tests)" test_tree "$PREFIX"
+      fi
+      ;;
+    asan)
+      if part "$PREFIX-asan: configure + build (ASan+UBSan)" build_tree "$PREFIX-asan" \
+        -DCHORUS_ASAN=ON; then
+        part "$PREFIX-asan: ctest -L quick" test_tree "$PREFIX-asan" -L quick
+      fi
+      ;;
+    tsan)
+      if part "$PREFIX-tsan: configure + build (TSan)" build_tree "$PREFIX-tsan" -DCHORUS_TSAN=ON; then
+        part "$PREFIX-tsan: ctest -L quick" test_tree "$PREFIX-tsan" -L quick
+      fi
+      ;;
+    *)
+      echo "unknown part '$p' in CHORUS_TEST_PARTS (build, asan, tsan)"
+      FAILED=1
+      ;;
+  esac
+done
+
+banner "summary"
+for line in "${SUMMARY[@]}"; do echo "$line"; done
+echo "total: $((SECONDS - SCRIPT_START)) s"
+if [ "$FAILED" -ne 0 ]; then
+  echo "RESULT: FAILED"
+  exit 1
+fi
+echo "RESULT: OK"
