@@ -157,18 +157,31 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target) {
       continue;
     }
     if (!spin_start) spin_start = now;
+    if (now - spin_start >= (uint64_t)comm->spin_us * 1000ull) {
+      /* Sleep. Arm the doorbell first and look once more: a peer that publishes after this
+       * look rings a doorbell whose value was already read, so the sleep returns at once
+       * instead of losing the wake-up. */
+      uint32_t seen = chorus__transport_arm(&comm->tp);
+      if (progress_pass(comm)) {
+        chorus__transport_disarm(&comm->tp);
+        spin_start = 0;
+        continue;
+      }
+      uint64_t until_timeout_ms = (comm->last_activity_ns + timeout_ns - now) / 1000000 + 1;
+      __atomic_store_n(&comm->sleeping, 1, __ATOMIC_RELEASE);
+      pthread_mutex_unlock(&comm->mu);
+      chorus__transport_wait(&comm->tp, until_timeout_ms < MAX_SLEEP_MS ? (int)until_timeout_ms : MAX_SLEEP_MS, seen);
+      pthread_mutex_lock(&comm->mu);
+      __atomic_store_n(&comm->sleeping, 0, __ATOMIC_RELEASE);
+      continue;
+    }
     pthread_mutex_unlock(&comm->mu);
     if (now - spin_start < BUSY_POLL_NS) {
       /* A peer on another core usually answers within a microsecond or two: poll without a
        * system call first, then yield (other ranks may need this core), then sleep. */
       for (int i = 0; i < 16; i++) __builtin_ia32_pause();
-    } else if (now - spin_start < (uint64_t)comm->spin_us * 1000ull) {
-      sched_yield();
     } else {
-      uint64_t until_timeout_ms = (comm->last_activity_ns + timeout_ns - now) / 1000000 + 1;
-      __atomic_store_n(&comm->sleeping, 1, __ATOMIC_RELEASE);
-      chorus__transport_wait(&comm->tp, until_timeout_ms < MAX_SLEEP_MS ? (int)until_timeout_ms : MAX_SLEEP_MS);
-      __atomic_store_n(&comm->sleeping, 0, __ATOMIC_RELEASE);
+      sched_yield();
     }
     pthread_mutex_lock(&comm->mu);
   }

@@ -236,25 +236,33 @@ static void collect_events(chorus_transport_t* tp, int timeout_ms) {
   }
 }
 
-void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms) {
+uint32_t chorus__transport_arm(chorus_transport_t* tp) {
+  return tp->my_bell ? chorus__shm_bell_arm(tp->my_bell) : 0;
+}
+
+void chorus__transport_disarm(chorus_transport_t* tp) {
+  if (tp->my_bell) chorus__shm_bell_disarm(tp->my_bell);
+}
+
+void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms, uint32_t seen) {
   int tcp, shm, shm_ready;
   pending_kinds(tp, &tcp, &shm, &shm_ready);
   if (!tp->my_bell || (tcp && !shm)) {
+    chorus__transport_disarm(tp);
     collect_events(tp, timeout_ms);
     return;
   }
   if (tcp) { /* both kinds pending: poll the sockets briefly, then look at the rings again */
+    chorus__transport_disarm(tp);
     collect_events(tp, timeout_ms < 1 ? timeout_ms : 1);
     return;
   }
   /* Shared-memory transfers, or a memory-semantics collective polling flags: the doorbell. */
-  uint32_t seen = chorus__shm_bell_arm(tp->my_bell);
-  pending_kinds(tp, &tcp, &shm, &shm_ready);
   if (!shm_ready) {
     int ms = timeout_ms < SHM_LIVENESS_MS ? timeout_ms : SHM_LIVENESS_MS;
     chorus__shm_bell_wait(tp->my_bell, seen, ms);
   }
-  chorus__shm_bell_disarm(tp->my_bell);
+  chorus__transport_disarm(tp);
   collect_events(tp, 0); /* peers that died close their sockets */
 }
 

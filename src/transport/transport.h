@@ -110,8 +110,13 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, const chorus
 /* Moves bytes of every queued transfer until the sockets would block. *moved counts transfers
  * that changed state. Returns < 0 on a transport error (tp->err says what). */
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved);
-/* Sleeps in epoll until a socket has news or timeout_ms passes; marks peers that hung up. */
-void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms);
+/* Before sleeping: arms this rank's doorbell and returns its value (0 without shared memory);
+ * the caller then checks for work once more and either disarms or sleeps. */
+uint32_t chorus__transport_arm(chorus_transport_t* tp);
+void chorus__transport_disarm(chorus_transport_t* tp);
+/* Sleeps until a socket has news, the doorbell moves past `seen`, or timeout_ms passes; marks
+ * peers that hung up; disarms. */
+void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms, uint32_t seen);
 void chorus__transport_wake(chorus_transport_t* tp);
 /* The peer of the oldest pending transfer (for timeout messages); -1 if none. */
 int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, size_t* bytes_left);
