@@ -349,16 +349,17 @@ static void* abort_later(void* p) {
  * 0 returns at once with COMM_BROKEN, rank 1 sees its peer's connection close. */
 static int abort_body(chorus_comm_t* c, int rank, void* arg) {
   (void)arg;
-  /* 1024 elements: rank 1 needs a second message from rank 0 (its reduced half), which the
-   * abort prevents; with one element rank 1 could finish from what rank 0 sent first. */
-  static int64_t bufs[2][2][1024];
+  /* 1 Mi elements: rank 1 needs a second step from rank 0 (its reduced half), which the abort
+   * prevents; a small vector rank 1 could finish from what rank 0 contributed first. */
+  enum { N = 1 << 20 };
+  static int64_t bufs[2][2][N];
   int64_t *v = bufs[rank][0], *out = bufs[rank][1];
   if (rank == 0) {
     abort_arg_t a = {c};
     pthread_t t;
     pthread_create(&t, NULL, abort_later, &a);
     double t0 = test_now_sec();
-    ASSERT_STATUS(chorus_allreduce(v, out, 1024, CHORUS_INT64, CHORUS_SUM, c), CHORUS_ERR_COMM_BROKEN);
+    ASSERT_STATUS(chorus_allreduce(v, out, N, CHORUS_INT64, CHORUS_SUM, c), CHORUS_ERR_COMM_BROKEN);
     ASSERT_TRUE(test_now_sec() - t0 < 2.0);
     pthread_join(t, NULL);
     ASSERT_TRUE(strstr(chorus_comm_last_error(c), "abort") != NULL);
@@ -366,7 +367,7 @@ static int abort_body(chorus_comm_t* c, int rank, void* arg) {
   }
   usleep(800 * 1000);
   double t0 = test_now_sec();
-  chorus_status_t st = chorus_allreduce(v, out, 1024, CHORUS_INT64, CHORUS_SUM, c);
+  chorus_status_t st = chorus_allreduce(v, out, N, CHORUS_INT64, CHORUS_SUM, c);
   if (st != CHORUS_ERR_REMOTE) FAIL("rank 1 got %s: %s", chorus_status_name(st), chorus_comm_last_error(c));
   ASSERT_TRUE(test_now_sec() - t0 < 2.0);
   return 0;
