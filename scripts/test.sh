@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317 # functions run through part(), which shellcheck cannot follow
 # scripts/test.sh - the build-and-test driver (.ci/run calls exactly this). Installs missing
 # build tools on Debian 12, builds three trees of the one CMake project - build/ (normal,
 # RelWithDebInfo), build-asan/ (-DCHORUS_ASAN=ON: ASan+UBSan), build-tsan/ (-DCHORUS_TSAN=ON) -
@@ -85,38 +86,44 @@ test_tree() {
   (cd "$dir" && ctest --output-on-failure "$@" $CTEST_ARGS)
 }
 
-part "install build tools" install_missing || true
+# The whole run is one function, called on the last line: bash reads a script as it goes, so
+# this keeps an edit of the file during a run from changing what the run executes.
+main() {
+  part "install build tools" install_missing || true
 
-for p in $PARTS; do
-  case $p in
-    build)
-      if part "$PREFIX: configure + build (RelWithDebInfo)" build_tree "$PREFIX"; then
-        part "$PREFIX: ctest (all tests)" test_tree "$PREFIX"
-      fi
-      ;;
-    asan)
-      if part "$PREFIX-asan: configure + build (ASan+UBSan)" build_tree "$PREFIX-asan" \
-        -DCHORUS_ASAN=ON; then
-        part "$PREFIX-asan: ctest -L quick" test_tree "$PREFIX-asan" -L quick
-      fi
-      ;;
-    tsan)
-      if part "$PREFIX-tsan: configure + build (TSan)" build_tree "$PREFIX-tsan" -DCHORUS_TSAN=ON; then
-        part "$PREFIX-tsan: ctest -L quick" test_tree "$PREFIX-tsan" -L quick
-      fi
-      ;;
-    *)
-      echo "unknown part '$p' in CHORUS_TEST_PARTS (build, asan, tsan)"
-      FAILED=1
-      ;;
-  esac
-done
+  for p in $PARTS; do
+    case $p in
+      build)
+        if part "$PREFIX: configure + build (RelWithDebInfo)" build_tree "$PREFIX"; then
+          part "$PREFIX: ctest (all tests)" test_tree "$PREFIX"
+        fi
+        ;;
+      asan)
+        if part "$PREFIX-asan: configure + build (ASan+UBSan)" build_tree "$PREFIX-asan" \
+          -DCHORUS_ASAN=ON; then
+          part "$PREFIX-asan: ctest -L quick" test_tree "$PREFIX-asan" -L quick
+        fi
+        ;;
+      tsan)
+        if part "$PREFIX-tsan: configure + build (TSan)" build_tree "$PREFIX-tsan" -DCHORUS_TSAN=ON; then
+          part "$PREFIX-tsan: ctest -L quick" test_tree "$PREFIX-tsan" -L quick
+        fi
+        ;;
+      *)
+        echo "unknown part '$p' in CHORUS_TEST_PARTS (build, asan, tsan)"
+        FAILED=1
+        ;;
+    esac
+  done
 
-banner "summary"
-for line in "${SUMMARY[@]}"; do echo "$line"; done
-echo "total: $((SECONDS - SCRIPT_START)) s"
-if [ "$FAILED" -ne 0 ]; then
-  echo "RESULT: FAILED"
-  exit 1
-fi
-echo "RESULT: OK"
+  banner "summary"
+  for line in "${SUMMARY[@]}"; do echo "$line"; done
+  echo "total: $((SECONDS - SCRIPT_START)) s"
+  if [ "$FAILED" -ne 0 ]; then
+    echo "RESULT: FAILED"
+    return 1
+  fi
+  echo "RESULT: OK"
+}
+
+main "$@"; exit $?
