@@ -195,6 +195,7 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
   }
   derive_topology(comm, infos);
   comm->last_activity_ns = chorus__now_ns();
+  chorus__trace_comm_register(comm);
   CH_INFO(INIT, comm->rank, "communicator %016llx ready: rank %d of %d, local rank %d of %d, %d host(s), %d socket(s) per peer",
           (unsigned long long)comm->comm_id, comm->rank, comm->nranks, comm->local_rank,
           comm->local_size, comm->host_count, comm->nsocks);

@@ -150,13 +150,16 @@ chorus_status_t chorus__trace_comm_init(chorus_comm_t* comm) {
     if (!comm->recorder.entries) return CHORUS_ERR_NO_MEMORY;
     comm->recorder.cap = (size_t)cap;
   }
+  return CHORUS_OK;
+}
+
+void chorus__trace_comm_register(chorus_comm_t* comm) {
   pthread_mutex_lock(&registry_mu);
   if (registry_count++ == 0) start_watcher();
   open_trace(comm->rank);
   comm->trace_next = registry;
   registry = comm;
   pthread_mutex_unlock(&registry_mu);
-  return CHORUS_OK;
 }
 
 void chorus__trace_comm_fini(chorus_comm_t* comm) {

@@ -32,8 +32,11 @@ typedef struct {
 
 struct chorus_comm;
 
-/* Set-up and tear-down; register/unregister the communicator for SIGUSR1 dumps. */
+/* Set-up (the recorder) and tear-down (also unregisters). A communicator is registered for
+ * SIGUSR1 dumps (and opens the trace file) only once it is connected, so a dump never reads a
+ * communicator that is still being built. */
 chorus_status_t chorus__trace_comm_init(struct chorus_comm* comm);
+void chorus__trace_comm_register(struct chorus_comm* comm);
 void chorus__trace_comm_fini(struct chorus_comm* comm);
 
 /* Called by the engine with comm->mu held. */
