@@ -61,6 +61,15 @@ static void* noop_thread(void* arg) { return arg; }
 static void settle_runtime_threads(void) {
   pthread_t t;
   if (pthread_create(&t, NULL, noop_thread, NULL) == 0) pthread_join(t, NULL);
+  /* A joined thread's /proc/self/task entry can outlive pthread_join by a moment: wait until
+   * the count holds still. */
+  int last = -1;
+  for (int i = 0; i < 50; i++) {
+    int now = count_dir("/proc/self/task", NULL);
+    if (now == last) break;
+    last = now;
+    usleep(5000);
+  }
 }
 
 static counts_t take_counts(void) {
