@@ -20,7 +20,8 @@ FAILED=0
 SCRIPT_START=$SECONDS
 
 # Sanitizers stop at the first report so that a failure is the report, not its aftermath.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1}
+ASAN_DEFAULTS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-$ASAN_DEFAULTS}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
 
@@ -105,7 +106,8 @@ main() {
         fi
         ;;
       tsan)
-        if part "$PREFIX-tsan: configure + build (TSan)" build_tree "$PREFIX-tsan" -DCHORUS_TSAN=ON; then
+        if part "$PREFIX-tsan: configure + build (TSan)" build_tree "$PREFIX-tsan" \
+          -DCHORUS_TSAN=ON; then
           part "$PREFIX-tsan: ctest -L quick" test_tree "$PREFIX-tsan" -L quick
         fi
         ;;

@@ -606,7 +606,7 @@ typedef struct {
   int nranks;
   const size_t* counts;
   size_t ncounts;
-  int big;
+  unsigned flags;   /* MX_* reductions of the matrix */
   const char* algo; /* NULL: automatic selection */
   int verbose;      /* CHORUS_TEST_VERBOSE: print every call's time (rank 0) */
   uint64_t base_seed;
@@ -619,7 +619,7 @@ typedef struct {
 static int variants(const mx_ctx_t* ctx, uint64_t* rotation, int* out) {
   int n = ctx->nranks;
   if (mx_coll_rooted(ctx->coll)) {
-    if (ctx->big) {
+    if (ctx->flags & MX_ROTATE_ROOTS) {
       out[0] = (int)((*rotation)++ % (uint64_t)n);
       return 1;
     }
@@ -679,9 +679,9 @@ static int matrix_step(mx_ctx_t* ctx, chorus_comm_t* comm, int rank, const mx_sp
   return problems;
 }
 
-/* A collective that only moves data sees a dtype as its element size: with big counts one
- * dtype per size is enough (the small counts try them all). */
-static int big_movement_dtype(chorus_dtype_t dt) {
+/* A collective that only moves data sees a dtype as its element size: one dtype per size is
+ * enough where MX_SIZE_DTYPES asks for it (the small counts try them all). */
+static int size_representative_dtype(chorus_dtype_t dt) {
   return dt == CHORUS_INT8 || dt == CHORUS_FLOAT16 || dt == CHORUS_FLOAT32 || dt == CHORUS_FLOAT64;
 }
 
@@ -694,11 +694,12 @@ static int matrix_rank_main(chorus_comm_t* comm, int rank, void* arg) {
   cache_enable(1);
   for (size_t ci = 0; ci < ctx->ncounts; ci++) {
     for (int dt = 0; dt < CHORUS_DTYPE_COUNT; dt++) {
-      if (ctx->big && !mx_coll_reduces(ctx->coll) && !big_movement_dtype((chorus_dtype_t)dt))
+      if ((ctx->flags & MX_SIZE_DTYPES) && !mx_coll_reduces(ctx->coll) &&
+          !size_representative_dtype((chorus_dtype_t)dt))
         continue;
       for (int op = 0; op < nops; op++) {
         int in_place_first = 0, in_place_last = nin_place - 1;
-        if (ctx->big && nops > 1) {
+        if ((ctx->flags & MX_COVER_OPS) && nops > 1) {
           /* Big counts exercise chunking and pipelining, which the small counts do not;
            * the kernels per dtype x op are already covered by the small counts. So each
            * dtype meets two ops here (one out of place, one in place) and each op four
@@ -738,13 +739,14 @@ static size_t largest_common_bytes(int nranks, const size_t* counts, size_t ncou
   return max_count * (size_t)nranks * 8 + 1; /* allgather of the widest dtype */
 }
 
-void mx_run_matrix(chorus_coll_t coll, int nranks, const size_t* counts, size_t ncounts, int big) {
+void mx_run_matrix(chorus_coll_t coll, int nranks, const size_t* counts, size_t ncounts,
+                   unsigned flags) {
   const char* algos[MX_MAX_ALGOS + 1];
   algos[0] = NULL; /* automatic selection first */
   int nalgos = 1 + mx_algo_names(coll, algos + 1, MX_MAX_ALGOS);
-  /* With one registered algorithm, automatic selection can only choose it: for big counts,
-   * where time matters, forcing it as well would repeat the same calls. */
-  if (big && nalgos == 2) nalgos = 1;
+  /* With one registered algorithm, automatic selection can only choose it: forcing it as
+   * well would repeat the same calls. */
+  if ((flags & MX_AUTO_IF_SINGLE) && nalgos == 2) nalgos = 1;
   long total_wrong = 0, failed_ranks = 0;
   for (int a = 0; a < nalgos; a++) {
     mx_ctx_t* ctx = calloc(1, sizeof(*ctx));
@@ -753,7 +755,7 @@ void mx_run_matrix(chorus_coll_t coll, int nranks, const size_t* counts, size_t 
     ctx->nranks = nranks;
     ctx->counts = counts;
     ctx->ncounts = ncounts;
-    ctx->big = big;
+    ctx->flags = flags;
     ctx->algo = algos[a];
     ctx->verbose = getenv("CHORUS_TEST_VERBOSE") != NULL;
     ctx->base_seed = ref_mix64((uint64_t)coll * 1000003u + (uint64_t)nranks * 7919u + (uint64_t)a);
@@ -788,8 +790,10 @@ static void set_env_list(const char* const* assignments, int restore) {
     char name[64];
     const char* eq = strchr(*a, '=');
     snprintf(name, sizeof(name), "%.*s", (int)(eq - *a), *a);
-    if (restore) unsetenv(name);
-    else setenv(name, eq + 1, 1);
+    if (restore)
+      unsetenv(name);
+    else
+      setenv(name, eq + 1, 1);
   }
 }
 
@@ -802,7 +806,7 @@ static const size_t chunked_counts[] = {4099, 20011};
 void mx_run_chunked(chorus_coll_t coll, int nranks) {
   set_env_list(small_chunk_env, 0);
   mx_run_matrix(coll, nranks, chunked_counts, sizeof(chunked_counts) / sizeof(chunked_counts[0]),
-                0);
+                MX_ROTATE_ROOTS);
   set_env_list(small_chunk_env, 1);
 }
 
@@ -812,7 +816,8 @@ static const size_t tcp_counts[] = {0, 1, 1023, 20011};
 
 void mx_run_tcp(chorus_coll_t coll, int nranks) {
   set_env_list(tcp_env, 0);
-  mx_run_matrix(coll, nranks, tcp_counts, sizeof(tcp_counts) / sizeof(tcp_counts[0]), 0);
+  mx_run_matrix(coll, nranks, tcp_counts, sizeof(tcp_counts) / sizeof(tcp_counts[0]),
+                MX_ROTATE_ROOTS);
   set_env_list(tcp_env, 1);
 }
 
@@ -822,5 +827,6 @@ void mx_run_small(chorus_coll_t coll, int nranks) {
 }
 
 void mx_run_big(chorus_coll_t coll, int nranks) {
-  mx_run_matrix(coll, nranks, &mx_big_count, 1, 1);
+  mx_run_matrix(coll, nranks, &mx_big_count, 1,
+                MX_ROTATE_ROOTS | MX_COVER_OPS | MX_SIZE_DTYPES | MX_AUTO_IF_SINGLE);
 }

@@ -91,20 +91,34 @@ void mx_force_algo(chorus_coll_t coll, const char* name);
 extern const size_t mx_small_counts[4]; /* {0, 1, 7, 1023} */
 extern const size_t mx_big_count;       /* (1 << 20) + 3 */
 
+/* Reductions of the full product, to keep time down where it adds little coverage. */
+enum {
+  MX_ROTATE_ROOTS = 1,   /* one root per combination, rotating, instead of every root */
+  MX_COVER_OPS = 2,      /* reducing collectives: each dtype with two ops (one out of place,
+                            one in place), each op with four dtypes, instead of all five ops */
+  MX_SIZE_DTYPES = 4,    /* data movement: one dtype per element size (int8, float16,
+                            float32, float64); a mover sees nothing else of a dtype */
+  MX_AUTO_IF_SINGLE = 8, /* one registered algorithm: run it through automatic selection only
+                            (which can choose nothing else) */
+};
+
 /* Runs the matrix of coll on nranks ranks over counts: for "auto" and every registered
  * algorithm, one communicator per rank, then every count x dtype x op x root/pattern x
- * in-place. big != 0 (the (1<<20)+3 count, there to exercise chunking and pipelining) keeps
- * the time down: the root rotates over the combinations instead of trying every root, a
- * reducing collective covers each dtype with two ops (one out of place, one in place) instead
- * of all five, a collective that only moves data uses one dtype per element size, and a
- * collective with a single registered algorithm runs it through automatic selection only. Prints one line per algorithm; fails the case on any wrong result. */
-void mx_run_matrix(chorus_coll_t coll, int nranks, const size_t* counts, size_t ncounts, int big);
-void mx_run_small(chorus_coll_t coll, int nranks); /* mx_small_counts */
-void mx_run_big(chorus_coll_t coll, int nranks);   /* mx_big_count */
+ * in-place, reduced by `flags` (MX_*). Prints one line per algorithm; fails the case on any
+ * wrong result (after running every algorithm, so that all failures are listed). */
+void mx_run_matrix(chorus_coll_t coll, int nranks, const size_t* counts, size_t ncounts,
+                   unsigned flags);
+/* mx_small_counts, the full product. */
+void mx_run_small(chorus_coll_t coll, int nranks);
+/* mx_big_count (there to exercise chunking and pipelining) with every reduction above: the
+ * kernels per dtype x op and the roots are covered by the small counts. */
+void mx_run_big(chorus_coll_t coll, int nranks);
 /* Counts {4099, 20011} with CHORUS_BUFF_SIZE=4096 and the smallest shared-memory rings and
- * slots, so that chunking, slot reuse and ring wrap-around run at sanitizer-friendly sizes. */
+ * slots, so that chunking, slot reuse and ring wrap-around run at sanitizer-friendly sizes;
+ * roots rotate. */
 void mx_run_chunked(chorus_coll_t coll, int nranks);
-/* Counts {0, 1, 1023, 20011} with CHORUS_SHM_DISABLE=1: same-host ranks over TCP. */
+/* Counts {0, 1, 1023, 20011} with CHORUS_SHM_DISABLE=1: same-host ranks over TCP; roots
+ * rotate. */
 void mx_run_tcp(chorus_coll_t coll, int nranks);
 
 #endif /* CHORUS_TEST_MATRIX_H */
