@@ -1,0 +1,50 @@
+/*
+ * run.h - what the launcher's files share: the parsed options and the environment handed to
+ * each rank (built by rank_env.c, used by chorus-run.c when it starts the ranks).
+ */
+#ifndef CHORUS_RUN_H
+#define CHORUS_RUN_H
+
+#include <stddef.h>
+
+#define PROG "chorus-run"
+
+/* ---- options ---- */
+
+typedef struct {
+  int nranks;
+  int prefix;
+  double timeout_sec;    /* 0: no timeout */
+  double grace_sec;      /* between SIGTERM and SIGKILL */
+  double term_delay_sec; /* between a rank failure and SIGTERM to the others */
+  char** set_vars;       /* -x VAR=VAL, in command-line order */
+  int nset_vars;
+  char** prog_argv;      /* NULL-terminated, points into argv */
+} options_t;
+
+/* ---- environment of the ranks ---- */
+
+/* Names chorus-run always sets per rank or per job (kRankVars), and names it sets only when the
+ * user has not (kDefaultVars: the user's value wins). Defined in rank_env.c. */
+#define NRANK_VARS 8
+#define NDEFAULT_VARS 4
+#define VAR_BYTES 64 /* "LOCAL_WORLD_SIZE=1024", "CHORUS_ADDR=127.0.0.1:65535", ... */
+#define SECRET_BYTES 16 /* CHORUS_SECRET: 32 hex characters */
+extern const char* const kRankVars[NRANK_VARS];
+extern const char* const kDefaultVars[NDEFAULT_VARS];
+
+typedef struct {
+  char** envp;                           /* NULL-terminated, handed to execvpe */
+  char rank_vars[NRANK_VARS][VAR_BYTES]; /* rewritten before each fork */
+  char default_vars[NDEFAULT_VARS][VAR_BYTES];
+} rank_env_t;
+
+/* Builds the environment every rank inherits (chorus-run's own, minus the names above, plus
+ * the job-wide defaults and -x); 0 on success, -1 after saying why. */
+int make_rank_env(const options_t* o, rank_env_t* env);
+/* Rewrites the per-rank variables for rank `rank` of `nranks`. */
+void set_rank_vars(rank_env_t* env, int rank, int nranks);
+/* Prints one line to stderr (the launcher's messages). */
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif /* CHORUS_RUN_H */
