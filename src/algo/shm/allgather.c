@@ -51,10 +51,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     int which = (int)(id & 1);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, block);
     if (s->stage == 0) {
-      CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
-      memcpy(chorus__conn_shm_slot(t, t->rank, which), in + first * es, m * es);
-      chorus__conn_shm_publish(t, SHM_ARRIVED, id);
-      chorus__shm_advance(t, s, 1);
+      CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, in + first * es, m * es, &st), st);
       continue;
     }
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);

@@ -59,10 +59,7 @@ static chorus_status_t progress_small(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;
   if (s->stage == 0) {
-    CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
-    memcpy(chorus__conn_shm_slot(t, t->rank, which), t->args.sendbuf, m * es);
-    chorus__conn_shm_publish(t, SHM_ARRIVED, id);
-    chorus__shm_advance(t, s, 1);
+    CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, t->args.sendbuf, m * es, &st), st);
   }
   CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
   char* dst = t->args.recvbuf;
@@ -86,10 +83,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
     switch (s->stage) {
       case 0: /* copy-in, once nobody reads this slot's previous chunk */
-        CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
-        memcpy(chorus__conn_shm_slot(t, t->rank, which), (const char*)t->args.sendbuf + first * es, m * es);
-        chorus__conn_shm_publish(t, SHM_ARRIVED, id);
-        chorus__shm_advance(t, s, 1);
+        CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, (const char*)t->args.sendbuf + first * es, m * es, &st), st);
         break;
       case 1: /* reduce my slice once every input is there */
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);

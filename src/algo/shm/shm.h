@@ -51,6 +51,12 @@ static inline int chorus__shm_slot_free(chorus_task_t* t, const chorus_shm_op_t*
   return id <= 2 || chorus__shm_all_reached(t, SHM_DONE, id - 2, st);
 }
 
+/* The copy-in stage: once no rank reads the current chunk's slot any more, copies `bytes` from
+ * src into this rank's slot, publishes ARRIVED and moves to stage 1. 0 while it must wait (and
+ * *st < 0 on failure). */
+static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, const void* src, size_t bytes,
+                                       chorus_status_t* st);
+
 /* Slice r of m elements split over n ranks as evenly as possible. */
 static inline void chorus__shm_slice(size_t m, int n, int r, size_t* off, size_t* len) {
   size_t base = m / (size_t)n, rem = m % (size_t)n;
@@ -86,6 +92,16 @@ static inline size_t chorus__shm_chunk_len(const chorus_shm_op_t* s, size_t elem
 static inline void chorus__shm_advance(chorus_task_t* t, chorus_shm_op_t* s, int stage) {
   s->stage = stage;
   t->phase++;
+}
+
+static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, const void* src, size_t bytes,
+                                       chorus_status_t* st) {
+  if (!chorus__shm_slot_free(t, s, st)) return 0;
+  uint64_t id = chorus__shm_id(s);
+  memcpy(chorus__conn_shm_slot(t, t->rank, (int)(id & 1)), src, bytes);
+  chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+  chorus__shm_advance(t, s, 1);
+  return 1;
 }
 
 /* Combines slice `rank` of chunk `which` (m elements) from every rank's slot into this rank's
