@@ -211,6 +211,7 @@ static void drive_or_wait(chorus_comm_t* comm, const chorus_task_t* target) {
 
 static void* bg_main(void* arg) {
   chorus_comm_t* comm = arg;
+  pthread_setname_np(pthread_self(), "chorus-progress");
   pthread_mutex_lock(&comm->mu);
   while (!comm->bg_stop) {
     if (comm->head) drive_or_wait(comm, NULL);

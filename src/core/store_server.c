@@ -270,6 +270,7 @@ static int store_finished(const server_t* s) {
 
 static void* server_main(void* arg) {
   server_t* s = arg;
+  pthread_setname_np(pthread_self(), "chorus-store");
   struct pollfd* pfds = NULL;
   while (!store_finished(s)) {
     struct pollfd* grown = realloc(pfds, (s->nclients + 1) * sizeof(*pfds));

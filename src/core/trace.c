@@ -81,6 +81,7 @@ static void dump_all(void) {
 
 static void* watcher_main(void* arg) {
   (void)arg;
+  pthread_setname_np(pthread_self(), "chorus-sigusr1");
   char b;
   while (read(signal_pipe[0], &b, 1) > 0 && b == 'd') dump_all();
   return NULL;
