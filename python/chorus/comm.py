@@ -429,6 +429,15 @@ class Communicator:
                 self._wait_record(record)
         return record.status, record.error
 
+    def test_record(self, record):
+        """Returns (status, error) if the record completed, None if it is still running."""
+        with record.lock:
+            if record.status is None:
+                self._test_record(record)
+            if record.status is None:
+                return None
+            return record.status, record.error
+
     def _run(self, coll, args, keepalive, result, async_op):
         if async_op:
             record = self.post(coll, args, keepalive)

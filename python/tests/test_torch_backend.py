@@ -102,6 +102,19 @@ class BackendTests(unittest.TestCase):
         expected = ref.expected_reduction(self.n, 100, "float32", "sum", salt=4) * 2
         self.assertBits(doubled, expected, "future.then")
 
+    def test_one_rank_group_completes_at_post(self):
+        """On a group of one rank the request is done while being posted: its future must be
+        complete when the call returns, without a trip through the completion thread."""
+        singles = [dist.new_group([i]) for i in range(self.n)]
+        t = self.input("float32", 1000, salt=6)
+        before = numpy_of(t).copy()
+        work = dist.all_reduce(t, group=singles[self.r], async_op=True)
+        self.assertTrue(work.is_completed(), "a one-rank allreduce was still pending")
+        work.wait()
+        self.assertBits(t, before, "one-rank allreduce")
+        for g in singles:
+            dist.destroy_process_group(g)
+
     def test_posting_does_not_block(self):
         """Rank 0 posts before the others join: the call must return at once with an
         incomplete Work, which completes once they arrive (what DDP overlap relies on)."""

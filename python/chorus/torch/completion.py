@@ -55,9 +55,17 @@ class CompletionThread:
                 raise RuntimeError("chorus: the completion thread was shut down")
             # Post and enqueue under one lock: queue order is then posting order.
             record = self._comm.post(coll, args, keepalive, operation)
-            self._queue.append(_Entry(record, future, finish))
-            self.max_pending = max(self.max_pending, len(self._queue))
-            self._cond.notify()
+            entry = _Entry(record, future, finish)
+            # A request that completed while being posted (one rank, a zero count) and has
+            # nothing queued before it is finished here: handing it to the thread would cost
+            # two context switches for nothing.
+            outcome = None if self._queue else self._comm.test_record(record)
+            if outcome is None:
+                self._queue.append(entry)
+                self.max_pending = max(self.max_pending, len(self._queue))
+                self._cond.notify()
+        if outcome is not None:
+            self._settle(entry, *outcome)
         return future
 
     def shutdown(self):
@@ -95,6 +103,10 @@ class CompletionThread:
 
     def _complete(self, entry):
         status, detail = self._comm.wait_record(entry.record)
+        self._settle(entry, status, detail)
+
+    @staticmethod
+    def _settle(entry, status, detail):
         if status < 0:
             entry.future.set_exception(
                 error_for_status(status, detail, entry.record.operation))
