@@ -158,7 +158,8 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
 
 /* Waits for the communicator's operations, then frees it and every resource it holds (sockets,
  * threads, segments). Requests of the communicator must be freed first or are freed here. Not
- * collective, but a rank should destroy only after its peers no longer need it. NULL is OK. */
+ * collective, but a rank should destroy only after its peers no longer need it. NULL is OK;
+ * a communicator destroyed already is ERR_INVALID_ARG. */
 CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm);
 
 /* Marks the communicator broken and wakes every waiter at once: operations in flight end with
@@ -175,7 +176,9 @@ CHORUS_API chorus_status_t chorus_comm_local_size(const chorus_comm_t* comm, int
 CHORUS_API chorus_status_t chorus_comm_host_count(const chorus_comm_t* comm, int* host_count);
 
 /* The full sentence describing the last error on this communicator (naming the operation,
- * sequence number and peer), or "" if none. Valid until the next call on comm. */
+ * sequence number and peer), or "" if none. Valid until the next call on comm. For a NULL,
+ * destroyed or never-created comm (which every call refuses with ERR_INVALID_ARG without
+ * reading it), the calling thread's message about it. */
 CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm);
 
 /* Writes the communicator's flight recorder (its last operations: kind, sequence number, dtype,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "coll/coll.h"
+#include "core/live.h"
 #include "core/log.h"
 
 static int is_p2p(chorus_coll_t c) { return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV; }
@@ -33,9 +34,17 @@ static void stamp_sequence(chorus_comm_t* comm, chorus_task_t* t) {
   t->seq = dst >= 0 ? t->send_seq : t->recv_seq;
 }
 
+/* "chorus_allreduce", for messages about the call itself. */
+static const char* const call_names[CH_COLL_COUNT] = {
+#define CHORUS_XX_(name, str) "chorus_" str,
+    CHORUS_COLL_MAP(CHORUS_XX_)
+#undef CHORUS_XX_
+};
+
 static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int blocking,
                              chorus_req_t** out) {
-  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  /* A NULL, destroyed or never-created communicator: refused without touching its memory. */
+  if (!chorus__live_check(comm, call_names[a.coll])) return CHORUS_ERR_INVALID_ARG;
   if (!blocking && !out) {
     chorus__comm_set_error(comm, "%s: the request pointer is NULL", chorus__coll_name(a.coll));
     return CHORUS_ERR_INVALID_ARG;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "core/live.h"
 
 typedef struct {
   chorus_window_ref_t ref;
@@ -28,7 +29,7 @@ static chorus_status_t agree(chorus_comm_t* comm, chorus_status_t mine, const ch
 }
 
 CHORUS_API chorus_status_t chorus_mem_alloc(chorus_comm_t* comm, size_t bytes, void** ptr) {
-  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  if (!chorus__live_check(comm, "chorus_mem_alloc")) return CHORUS_ERR_INVALID_ARG;
   if (!ptr || bytes == 0) {
     chorus__comm_set_error(comm, "chorus_mem_alloc: %s", ptr ? "size 0" : "ptr is NULL");
     return CHORUS_ERR_INVALID_ARG;
@@ -78,7 +79,7 @@ CHORUS_API chorus_status_t chorus_mem_alloc(chorus_comm_t* comm, size_t bytes, v
 }
 
 CHORUS_API chorus_status_t chorus_mem_free(chorus_comm_t* comm, void* ptr) {
-  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  if (!chorus__live_check(comm, "chorus_mem_free")) return CHORUS_ERR_INVALID_ARG;
   pthread_mutex_lock(&comm->mu);
   chorus_window_t** link = &comm->tp.windows;
   while (*link && (*link)->base != ptr) link = &(*link)->next;

@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/comm.h"
+#include "core/live.h"
 #include "core/log.h"
 #include "core/param.h"
 
@@ -315,7 +316,7 @@ static int cmp_split(const void* a, const void* b) {
 
 CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int key,
                                              chorus_comm_t** newcomm) {
-  if (!comm || !newcomm) return CHORUS_ERR_INVALID_ARG;
+  if (!chorus__live_check(comm, "chorus_comm_split") || !newcomm) return CHORUS_ERR_INVALID_ARG;
   *newcomm = NULL;
   if (color < 0 && color != CHORUS_SPLIT_NOCOLOR) {
     chorus__comm_set_error(comm, "chorus_comm_split: color %d is negative (only CHORUS_SPLIT_NOCOLOR may be)", color);

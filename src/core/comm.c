@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/live.h"
 #include "core/log.h"
 #include "core/param.h"
 
@@ -124,7 +125,8 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
   pthread_mutex_init(&comm->api_mu, NULL);
   pthread_cond_init(&comm->cv, NULL);
   *out = comm;
-  if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->host_of_rank || chorus__trace_comm_init(comm) < 0) {
+  if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->host_of_rank || chorus__trace_comm_init(comm) < 0 ||
+      chorus__live_add(comm) < 0) {
     chorus__comm_free(comm);
     return CHORUS_ERR_NO_MEMORY;
   }
@@ -133,6 +135,7 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
 
 void chorus__comm_free(chorus_comm_t* comm) {
   if (!comm) return;
+  chorus__live_remove(comm);
   chorus__trace_comm_fini(comm);
   chorus__transport_destroy(&comm->tp);
   free(comm->p2p_send_seq);
@@ -194,6 +197,8 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
     return st;
   }
   derive_topology(comm, infos);
+  comm->tp.status_answer = chorus__conn_status_answer;
+  comm->tp.status_ctx = comm;
   comm->last_activity_ns = chorus__now_ns();
   chorus__trace_comm_register(comm);
   CH_INFO(INIT, comm->rank, "communicator %016llx ready: rank %d of %d, local rank %d of %d, %d host(s), %d socket(s) per peer",
@@ -206,13 +211,18 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
 
 CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm) {
   if (!comm) return CHORUS_OK;
+  /* Out of the live set first: a second destroy, or a call racing this one, is refused. */
+  if (!chorus__live_remove(comm)) {
+    chorus__live_check(comm, "chorus_comm_destroy");
+    return CHORUS_ERR_INVALID_ARG;
+  }
   chorus__engine_drain(comm);
   chorus__comm_free(comm);
   return CHORUS_OK;
 }
 
 CHORUS_API chorus_status_t chorus_comm_abort(chorus_comm_t* comm) {
-  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  if (!chorus__live_check(comm, "chorus_comm_abort")) return CHORUS_ERR_INVALID_ARG;
   if (__atomic_exchange_n(&comm->abort_requested, 1, __ATOMIC_ACQ_REL)) return CHORUS_OK;
   /* Shut the sockets now so that peers notice at once; the fds stay open until destroy. */
   chorus_transport_t* tp = &comm->tp;
@@ -229,7 +239,7 @@ CHORUS_API chorus_status_t chorus_comm_abort(chorus_comm_t* comm) {
 
 #define QUERY(fn, field)                                                  \
   CHORUS_API chorus_status_t fn(const chorus_comm_t* comm, int* out) {    \
-    if (!comm || !out) return CHORUS_ERR_INVALID_ARG;                     \
+    if (!chorus__live_check(comm, #fn) || !out) return CHORUS_ERR_INVALID_ARG; \
     *out = comm->field;                                                   \
     return CHORUS_OK;                                                     \
   }
@@ -241,7 +251,11 @@ QUERY(chorus_comm_host_count, host_count)
 #undef QUERY
 
 CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm) {
-  return comm ? comm->last_error : "no communicator (NULL)";
+  if (chorus__live_has(comm)) return comm->last_error;
+  /* Not a communicator (any more): this thread's message about it, never its memory. */
+  const char* why = chorus__live_error(comm);
+  if (why[0]) return why;
+  return comm ? "not a valid communicator (destroyed, or never created)" : "no communicator (NULL)";
 }
 
 const char* chorus__comm_peer_transport(const chorus_comm_t* comm, int peer) {

@@ -59,6 +59,10 @@ struct chorus_comm {
   uint64_t* p2p_send_seq;    /* per peer */
   uint64_t* p2p_recv_seq;
   uint64_t last_activity_ns; /* last time any transfer moved */
+  /* For status answers after a timeout (conn.c): collectives posted and completed, and the
+   * arguments of the last one posted. */
+  uint64_t coll_posted, coll_done;
+  chorus_coll_args_t last_coll;
   int broken;
   chorus_status_t broken_status;
   int abort_requested; /* atomic: chorus_comm_abort */

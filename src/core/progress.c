@@ -30,8 +30,11 @@ static void req_unlink_free(chorus_comm_t* comm, chorus_req_t* req) {
   free(req);
 }
 
+static int is_coll(chorus_coll_t c) { return c != CH_COLL_SEND && c != CH_COLL_RECV && c != CH_COLL_SENDRECV; }
+
 /* Ends task t (the head of the queue) with status st. mu held. */
 static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+  if (st == CHORUS_OK && is_coll(t->args.coll)) comm->coll_done = t->seq + 1;
   comm->head = t->next;
   if (!comm->head) comm->tail = NULL;
   t->next = NULL;
@@ -47,15 +50,18 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
   pthread_cond_broadcast(&comm->cv);
 }
 
-void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st) {
+/* Breaks the communicator (logging the error when `log`) and fails every queued task. */
+static void engine_break(chorus_comm_t* comm, chorus_status_t st, int log) {
   if (!comm->broken) {
     comm->broken = 1;
     comm->broken_status = st;
     chorus__transport_shutdown(&comm->tp);
-    CH_WARN(comm->rank, "%s", comm->last_error);
+    if (log) CH_WARN(comm->rank, "%s", comm->last_error);
   }
   while (comm->head) task_finish(comm, comm->head, st);
 }
+
+void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st) { engine_break(comm, st, 1); }
 
 /* "allreduce #12 (1048576 x float32, sum, algo ring) on rank 3" */
 static void describe_task(const chorus_comm_t* comm, const chorus_task_t* t, char* out, size_t len) {
@@ -86,13 +92,18 @@ static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
                            left, is_send ? "to" : "from", peer, comm->tp.peers[peer].host);
   else
     chorus__comm_set_error(comm, "%s timed out: no progress for %.1f s", what, (double)idle_ns / 1e9);
-  char culprits[600];
-  chorus__conn_culprits(t, culprits, sizeof(culprits));
-  if (culprits[0]) {
+  /* The timeout sentence first, then the verdict (which may take up to a second to gather
+   * from the peers) as a line of its own, and both in the error message. */
+  CH_WARN(comm->rank, "%s", comm->last_error);
+  char verdict[700];
+  chorus__conn_verdict(t, verdict, sizeof(verdict));
+  if (verdict[0]) {
+    CH_WARN(comm->rank, "verdict on %s #%llu: %s", chorus__coll_name(t->args.coll), (unsigned long long)t->seq,
+            verdict);
     size_t len = strlen(comm->last_error);
-    snprintf(comm->last_error + len, sizeof(comm->last_error) - len, "; verdict: %s", culprits);
+    snprintf(comm->last_error + len, sizeof(comm->last_error) - len, "; verdict: %s", verdict);
   }
-  chorus__engine_fail(comm, CHORUS_ERR_TIMEOUT);
+  engine_break(comm, CHORUS_ERR_TIMEOUT, 0);
 }
 
 /* One pass: move bytes, then let the head tasks advance. mu held. Returns transfers moved. */
@@ -238,6 +249,10 @@ chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
   }
   t->status = CHORUS_INPROGRESS;
   t->post_ns = chorus__now_ns();
+  if (is_coll(t->args.coll)) {
+    comm->coll_posted = t->seq + 1;
+    comm->last_coll = t->args;
+  }
   t->next = NULL;
   if (comm->tail) comm->tail->next = t;
   else comm->head = t;

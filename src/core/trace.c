@@ -19,6 +19,7 @@
 
 #include "core/clock.h"
 #include "core/comm.h"
+#include "core/live.h"
 #include "core/log.h"
 #include "core/param.h"
 
@@ -261,7 +262,7 @@ void chorus__trace_dump(chorus_comm_t* comm, FILE* out) {
 }
 
 CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* path) {
-  if (!comm) return CHORUS_ERR_INVALID_ARG;
+  if (!chorus__live_check(comm, "chorus_comm_dump")) return CHORUS_ERR_INVALID_ARG;
   FILE* out = path ? fopen(path, "w") : stderr;
   if (!out) {
     chorus__comm_set_error(comm, "chorus_comm_dump: cannot open %s: %s", path, strerror(errno));

@@ -2,14 +2,20 @@
  * conn.c - the glue between algorithms and transports: stamps each posted transfer with the
  * frame header of its task (communicator id, operation signature, sequence number, tag) and
  * hands it to the peer's transport. Also the `self` transport (rank to itself), the frame
- * checks and the transfer queues.
+ * checks, the transfer queues, and the verdict after a timeout (who never posted the
+ * operation), from the signatures same-host ranks publish and the status frames peers send.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/comm.h"
 #include "transport/transport.h"
+
+/* How long a rank that timed out waits for its peers' status frames. */
+#define VERDICT_WAIT_MS 1000
 
 static int is_p2p(chorus_coll_t c) { return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV; }
 
@@ -220,7 +226,8 @@ static void signature_of(const chorus_task_t* t, uint64_t sig[6]) {
 }
 
 void chorus__conn_publish_signature(chorus_task_t* t) {
-  if (!tp_of(t)->shm.base || !tp_of(t)->shm_all_local) return;
+  /* Also when the communicator spans hosts: the other ranks of the host read it for verdicts. */
+  if (!tp_of(t)->shm.base) return;
   int p2p = t->args.coll == CH_COLL_SEND || t->args.coll == CH_COLL_RECV || t->args.coll == CH_COLL_SENDRECV;
   if (p2p) return; /* point-to-point sequence numbers are per pair, not comm-wide */
   uint64_t sig[6];
@@ -228,7 +235,7 @@ void chorus__conn_publish_signature(chorus_task_t* t) {
   /* A seqlock: sig[0] is 0 while the other words change, so readers never see a mix. */
   /* Sequentially consistent on every word (no fences: ThreadSanitizer does not model them),
    * so a reader that sees sig[0] unchanged before and after reading saw no word of a rewrite. */
-  chorus_shm_ctl_t* me = chorus__conn_shm_ctl(t, t->rank);
+  chorus_shm_ctl_t* me = chorus__shm_ctl(&tp_of(t)->shm, tp_of(t)->shm.my_local);
   __atomic_store_n(&me->sig[0], 0, __ATOMIC_SEQ_CST);
   for (int i = 1; i < 6; i++) __atomic_store_n(&me->sig[i], sig[i], __ATOMIC_SEQ_CST);
   __atomic_store_n(&me->sig[0], sig[0], __ATOMIC_SEQ_CST);
@@ -337,4 +344,200 @@ void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen) {
                             behind++ ? "; " : "", r, tp_of(t)->peers[r].host, chorus__coll_name(t->args.coll),
                             (unsigned long long)t->seq, last);
   }
+}
+
+/* ---- verdict across hosts: status frames (frame.h) ---- */
+
+/* Index in this host's segment of every rank (areas are in rank order), -1 for the ranks of
+ * other hosts and for all without a segment. */
+static void local_indexes(const chorus_comm_t* comm, int* idx) {
+  int next = 0, mine = comm->host_of_rank[comm->rank];
+  for (int r = 0; r < comm->nranks; r++)
+    idx[r] = comm->tp.shm.base && comm->host_of_rank[r] == mine && next < comm->tp.shm.nlocal ? next++ : -1;
+}
+
+/* A status frame about `rank`, another rank of this host (index idx in its segment), from the
+ * signature it publishes (second hand: collectives started, the last one's signature); 0 when
+ * it cannot be read. */
+static int status_from_signature(const chorus_transport_t* tp, int rank, int idx, chorus_frame_hdr_t* h) {
+  if (idx < 0 || rank == tp->rank) return 0;
+  const chorus_shm_ctl_t* c = chorus__shm_ctl(&tp->shm, idx);
+  uint64_t sig[6] = {0};
+  int ok = 0, zero = 0;
+  for (int tries = 0; tries < 100 && !ok; tries++) {
+    ok = read_signature(c, sig);
+    zero += sig[0] == 0;
+  }
+  if (!ok && zero < 100) return 0; /* always being rewritten: leave it */
+  if (!ok) memset(sig, 0, sizeof(sig)); /* nothing published yet */
+  memset(h, 0, sizeof(*h));
+  h->magic = CHORUS_FRAME_STATUS_MAGIC;
+  h->version = CHORUS_PROTO_VERSION;
+  h->comm_id = tp->comm_id;
+  h->tag = (uint32_t)rank | CHORUS_STATUS_SECONDHAND;
+  h->seq = sig[0]; /* collectives started: the last one is number sig[0] - 1 */
+  h->coll = (uint8_t)(sig[1] & 0xff);
+  h->dtype = (uint8_t)((sig[1] >> 8) & 0xff);
+  h->op = (uint8_t)((sig[1] >> 16) & 0xff);
+  h->root = (int32_t)(uint32_t)sig[3];
+  h->count = sig[2];
+  return 1;
+}
+
+/* This rank's own status (first hand). comm->mu held. */
+static void own_status(chorus_comm_t* comm, chorus_frame_hdr_t* h) {
+  memset(h, 0, sizeof(*h));
+  h->magic = CHORUS_FRAME_STATUS_MAGIC;
+  h->version = CHORUS_PROTO_VERSION;
+  h->comm_id = comm->comm_id;
+  h->tag = (uint32_t)comm->rank | (comm->head ? CHORUS_STATUS_IN_CALL : 0);
+  h->seq = comm->coll_posted;
+  h->nbytes = comm->coll_done;
+  if (comm->coll_posted) {
+    const chorus_coll_args_t* a = &comm->last_coll;
+    h->coll = (uint8_t)a->coll;
+    h->dtype = (uint8_t)a->dtype;
+    h->op = (uint8_t)a->op;
+    h->root = a->root;
+    h->count = a->count;
+  }
+}
+
+/* Sends `to` what this rank knows: first the other ranks of its host as they publish themselves
+ * (which `to` cannot see), then its own status with `flags`, so that once `to` has the latter it
+ * has the former too (one stream, in order). */
+static void send_status(chorus_comm_t* comm, const int* idx, int to, uint32_t flags) {
+  chorus_transport_t* tp = &comm->tp;
+  chorus_frame_hdr_t h;
+  for (int r = 0; r < tp->nranks && idx; r++)
+    if (r != to && status_from_signature(tp, r, idx[r], &h)) chorus__transport_send_status(tp, to, &h);
+  own_status(comm, &h);
+  h.tag |= flags;
+  chorus__transport_send_status(tp, to, &h);
+}
+
+void chorus__conn_status_answer(void* ctx, int asker) {
+  chorus_comm_t* comm = ctx;
+  int* idx = malloc((size_t)comm->nranks * sizeof(int));
+  if (idx) local_indexes(comm, idx);
+  send_status(comm, idx, asker, 0); /* without the indexes (no memory): its own status only */
+  free(idx);
+}
+
+/* "allreduce #4 (count 1, int32, max, root 0)", or "nothing yet", from a status frame. */
+static void describe_last(const chorus_frame_hdr_t* h, char* out, size_t len) {
+  if (!h->seq) {
+    snprintf(out, len, "nothing yet");
+    return;
+  }
+  const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
+  const char* op = chorus_op_name((chorus_op_t)h->op);
+  snprintf(out, len, "%s #%llu (count %llu, %s, %s, root %d)", chorus__coll_name((chorus_coll_t)h->coll),
+           (unsigned long long)(h->seq - 1), (unsigned long long)h->count, dt ? dt : "?", op ? op : "?", h->root);
+}
+
+/* Appends to out (length *len, capacity outlen), truncating. */
+__attribute__((format(printf, 4, 5))) static void cat(char* out, size_t* len, size_t outlen, const char* fmt, ...) {
+  if (*len + 1 >= outlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out + *len, outlen - *len, fmt, ap);
+  va_end(ap);
+  if (n > 0) *len = *len + (size_t)n < outlen ? *len + (size_t)n : outlen - 1;
+}
+
+/* Appends "rank 1" or "ranks 1, 2, 5-7": the ranks flagged in set. Returns how many. */
+static int cat_ranks(char* out, size_t* len, size_t outlen, const char* set, int n) {
+  int count = 0, first = 1;
+  for (int r = 0; r < n; r++) count += set[r];
+  cat(out, len, outlen, "rank%s ", count > 1 ? "s" : "");
+  for (int r = 0; r < n; r++) {
+    if (!set[r]) continue;
+    int e = r;
+    while (e + 1 < n && set[e + 1]) e++;
+    const char* sep = first ? "" : ", ";
+    if (e > r + 1) cat(out, len, outlen, "%s%d-%d", sep, r, e);
+    else if (e == r + 1) cat(out, len, outlen, "%s%d, %d", sep, r, e);
+    else cat(out, len, outlen, "%s%d", sep, r);
+    first = 0;
+    r = e;
+  }
+  return count;
+}
+
+enum { V_WAITING, V_FINISHED, V_NEVER, V_SILENT_POSTED, V_SILENT, V_GONE };
+
+void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {
+  out[0] = '\0';
+  if (is_p2p(t->args.coll)) return; /* their sequence numbers are per pair */
+  if (chorus__conn_shm_avail(t)) {  /* one host: every signature is in shared memory */
+    chorus__conn_culprits(t, out, outlen);
+    return;
+  }
+  chorus_comm_t* comm = t->comm;
+  chorus_transport_t* tp = &comm->tp;
+  int n = tp->nranks;
+  char* kind = calloc((size_t)n, 1);
+  char* set = calloc((size_t)n, 1);
+  int* idx = calloc((size_t)n, sizeof(int));
+  if (n < 2 || !kind || !set || !idx) {
+    free(kind);
+    free(set);
+    free(idx);
+    return;
+  }
+  local_indexes(comm, idx);
+  uint64_t t0 = chorus__now_ns();
+  for (int p = 0; p < n; p++)
+    if (p != tp->rank) send_status(comm, idx, p, CHORUS_STATUS_ASK);
+  chorus__transport_gather_status(tp, VERDICT_WAIT_MS);
+  double waited = (double)(chorus__now_ns() - t0) / 1e9;
+  const char* coll = chorus__coll_name(t->args.coll);
+  unsigned long long k = (unsigned long long)t->seq;
+  size_t len = 0;
+  int parts = 0;
+  for (int r = 0; r < n; r++) {
+    if (r == tp->rank) continue;
+    chorus_rank_status_t* rs = &tp->status[r];
+    chorus_frame_hdr_t seen;
+    /* A rank of this host that did not answer: read what it publishes, rather than trust an
+     * older report from another host. */
+    if (rs->have < 2 && status_from_signature(tp, r, idx[r], &seen)) {
+      rs->hdr = seen;
+      rs->have = 1;
+      rs->via = tp->rank;
+    }
+    if (rs->have == 2) kind[r] = rs->hdr.seq <= k ? V_NEVER : rs->hdr.nbytes > k ? V_FINISHED : V_WAITING;
+    else if (rs->gone) kind[r] = V_GONE;
+    else if (rs->have == 1) kind[r] = rs->hdr.seq <= k ? V_NEVER : V_SILENT_POSTED;
+    else kind[r] = V_SILENT;
+    if (kind[r] == V_WAITING || kind[r] == V_FINISHED) continue;
+    const char* host = tp->peers[r].host;
+    const char* sep = parts++ ? "; " : "";
+    char last[160];
+    describe_last(&rs->hdr, last, sizeof(last));
+    if (kind[r] == V_NEVER)
+      cat(out, &len, outlen, "%srank %d (host %s) never posted %s #%llu (its last operation: %s)%s", sep, r, host,
+          coll, k, last, rs->have == 2 ? "" : " and does not answer");
+    else if (kind[r] == V_SILENT_POSTED)
+      cat(out, &len, outlen, "%srank %d (host %s) posted %s #%llu but does not answer (stopped, or stuck outside "
+          "Chorus)", sep, r, host, coll, k);
+    else if (kind[r] == V_GONE)
+      cat(out, &len, outlen, "%srank %d (host %s) closed its connection (it exited or failed)", sep, r, host);
+    else
+      cat(out, &len, outlen, "%srank %d (host %s) did not answer within %.1f s (dead, stopped, unreachable, or "
+          "outside any Chorus call)", sep, r, host, waited);
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    int want = pass == 0 ? V_WAITING : V_FINISHED, any = 0;
+    for (int r = 0; r < n; r++) any |= set[r] = (char)(r != tp->rank && kind[r] == want);
+    if (!any) continue;
+    if (parts++) cat(out, &len, outlen, "; ");
+    int count = cat_ranks(out, &len, outlen, set, n);
+    if (pass == 0) cat(out, &len, outlen, " posted %s #%llu and wait%s too", coll, k, count > 1 ? "" : "s");
+    else cat(out, &len, outlen, " finished %s #%llu", coll, k);
+  }
+  free(kind);
+  free(set);
+  free(idx);
 }

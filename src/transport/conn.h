@@ -80,6 +80,15 @@ char* chorus__conn_zc_recv(chorus_task_t* t, int rank);
 /* After a timeout: a sentence naming the ranks that never reached t's operation, read from the
  * signatures every rank of the host publishes; "" when the communicator spans hosts. */
 void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen);
+/* After a timeout of t (a collective): a sentence naming the ranks that never posted it, that
+ * do not answer or are gone, and those that wait too. On one host it is read from shared
+ * memory (chorus__conn_culprits); otherwise this rank asks every peer for its status (status
+ * frames, frame.h) and waits for the answers up to a second; ranks of a peer's host that do
+ * not answer are described by that peer from their published signatures. mu held. */
+void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen);
+/* The transport's status_answer hook (ctx: the communicator): sends `asker` this rank's
+ * status, then that of the other ranks of its host as they publish it. mu held. */
+void chorus__conn_status_answer(void* ctx, int asker);
 /* Called by the engine when a task starts: publishes its signature. */
 void chorus__conn_publish_signature(chorus_task_t* t);
 

@@ -16,6 +16,19 @@
 /* Sent instead of a frame by a rank that found mismatched calls, carrying its own operation's
  * signature, so that the peer too reports ERR_MISMATCH with both calls (not a closed link). */
 #define CHORUS_FRAME_ABORT_MAGIC 0x43484142u /* "CHAB" */
+/* A status frame: sent by a rank whose operation timed out (with CHORUS_STATUS_ASK) and in
+ * answer by its peers, so that the rank can name who never posted the operation. Control
+ * frames travel on the TCP socket: between two data frames of a TCP stream, or alone on the
+ * otherwise idle socket of a shared-memory peer. They never count as progress. Fields:
+ * tag = subject rank | CHORUS_STATUS_* flags; seq = collectives the subject has posted (first
+ * hand) or started (second hand); nbytes = collectives it has completed (first hand only);
+ * coll, dtype, op, root, count = its last collective (number seq - 1) when seq > 0. */
+#define CHORUS_FRAME_STATUS_MAGIC 0x43485354u /* "CHST" */
+#define CHORUS_STATUS_RANK_MASK 0x00ffffffu
+#define CHORUS_STATUS_ASK 0x01000000u        /* the sender timed out: answer with your status */
+#define CHORUS_STATUS_SECONDHAND 0x02000000u /* about another rank of the sender's host, read
+                                                from the shared-memory signature it publishes */
+#define CHORUS_STATUS_IN_CALL 0x04000000u    /* the subject has an operation in flight */
 #define CHORUS_PROTO_VERSION 1
 
 typedef struct {

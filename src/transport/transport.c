@@ -4,7 +4,8 @@
  * and received straight into the destination buffer once the header has been validated.
  * Messages of CHORUS_STRIPE_MIN_BYTES and more to a TCP peer are cut into one part per socket.
  * Waiting: epoll over the sockets, or, when only same-host peers are pending, this rank's
- * futex doorbell.
+ * futex doorbell. Status frames (frame.h) ride on the TCP sockets: a rank that timed out asks
+ * its peers, which answer from their progress passes; they never count as progress.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "transport/transport.h"
 
@@ -31,7 +33,8 @@ chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int n
   tp->epfd = epoll_create1(EPOLL_CLOEXEC);
   tp->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   tp->peers = calloc((size_t)nranks, sizeof(chorus_peer_t));
-  if (tp->epfd < 0 || tp->wakefd < 0 || !tp->peers) {
+  tp->status = calloc((size_t)nranks, sizeof(chorus_rank_status_t));
+  if (tp->epfd < 0 || tp->wakefd < 0 || !tp->peers || !tp->status) {
     snprintf(tp->err, sizeof(tp->err), "cannot create the epoll set: %s", strerror(errno));
     return CHORUS_ERR_SYSTEM;
   }
@@ -52,7 +55,11 @@ static ssize_t stream_writev(chorus_transport_t* tp, chorus_stream_t* s, const s
 }
 
 static ssize_t stream_read(chorus_transport_t* tp, chorus_stream_t* s, void* buf, size_t len) {
-  if (!s->is_shm) return chorus__tcp_read(s, buf, len);
+  if (!s->is_shm) {
+    ssize_t n = chorus__tcp_read(s, buf, len);
+    if (n == 0) s->rx_ready = 0; /* empty now: the next byte brings an epoll edge */
+    return n;
+  }
   size_t n = chorus__shm_ring_read(s->rx_ring, tp->shm.ring_bytes, buf, len);
   if (n) {
     chorus__shm_bell_ring(s->peer_bell); /* the writer may wait for space */
@@ -60,6 +67,8 @@ static ssize_t stream_read(chorus_transport_t* tp, chorus_stream_t* s, void* buf
   }
   return s->peer_closed ? -EPIPE : 0;
 }
+
+static void collect_events(chorus_transport_t* tp, int timeout_ms);
 
 /* ---- data path ---- */
 
@@ -86,9 +95,39 @@ static chorus_status_t stream_error(chorus_transport_t* tp, const chorus_stream_
   return remote ? CHORUS_ERR_REMOTE : CHORUS_ERR_SYSTEM;
 }
 
+/* ---- control frames: written on the TCP socket, between data frames of a TCP stream ---- */
+
+static int tx_at_boundary(const chorus_stream_t* s) { return s->is_shm || (!s->tx_hdr_off && !s->tx_off); }
+
+/* Writes queued control frames. A failure only marks the peer closed: the data path, if it
+ * needs the peer, reports the error; control frames alone never fail an operation. */
+static void ctl_flush(chorus_stream_t* s) {
+  while (s->ctl_count && tx_at_boundary(s)) {
+    char* h = (char*)&s->ctl[s->ctl_head];
+    struct iovec iov = {h + s->ctl_off, sizeof(chorus_frame_hdr_t) - s->ctl_off};
+    ssize_t n = chorus__tcp_writev(s, &iov, 1);
+    if (n < 0) {
+      s->peer_closed = 1;
+      s->ctl_count = s->ctl_off = 0; /* the stream is lost anyway */
+      return;
+    }
+    if (n == 0) return;
+    s->ctl_off += (size_t)n;
+    if (s->ctl_off < sizeof(chorus_frame_hdr_t)) continue;
+    s->ctl_off = 0;
+    s->ctl_head = (s->ctl_head + 1) % s->ctl_cap;
+    s->ctl_count--;
+  }
+}
+
 static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
   chorus_xfer_t* x;
-  while ((x = chorus__xq_head(&s->sendq)) != NULL) {
+  for (;;) {
+    if (s->ctl_count && !s->is_shm && tx_at_boundary(s)) {
+      ctl_flush(s);
+      if (s->ctl_off) return CHORUS_OK; /* half a control frame out: data must wait */
+    }
+    if ((x = chorus__xq_head(&s->sendq)) == NULL) break;
     size_t off, len;
     part_range(x->nbytes, x->nparts, x->nparts > 1 ? s->index : 0, &off, &len);
     struct iovec iov[2];
@@ -116,7 +155,7 @@ static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, i
  * reports the mismatch too. Best effort, and only at a frame boundary of this stream, where a
  * header cannot cut into a frame already on its way. */
 static void send_abort(chorus_transport_t* tp, chorus_stream_t* s, const chorus_frame_hdr_t* mine) {
-  if (s->tx_hdr_off || s->tx_off) return;
+  if (s->tx_hdr_off || s->tx_off || s->ctl_off) return;
   chorus_frame_hdr_t abort_hdr = *mine;
   abort_hdr.magic = CHORUS_FRAME_ABORT_MAGIC;
   struct iovec iov = {&abort_hdr, sizeof(abort_hdr)};
@@ -126,14 +165,51 @@ static void send_abort(chorus_transport_t* tp, chorus_stream_t* s, const chorus_
   }
 }
 
+/* A status frame from the stream's peer: validated, recorded, answered when it asks. */
+static chorus_status_t handle_status(chorus_transport_t* tp, chorus_stream_t* s, const chorus_frame_hdr_t* h) {
+  const char* why = chorus__status_check(tp, s->peer, h);
+  if (why) {
+    snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): a malformed status frame: %s", s->peer,
+             tp->peers[s->peer].host, why);
+    return CHORUS_ERR_PROTOCOL;
+  }
+  int subject = (int)(h->tag & CHORUS_STATUS_RANK_MASK), second = (h->tag & CHORUS_STATUS_SECONDHAND) != 0;
+  chorus_rank_status_t* rs = &tp->status[subject];
+  if (!second || rs->have < 2) {
+    rs->hdr = *h;
+    rs->have = second ? 1 : 2;
+    rs->via = s->peer;
+  }
+  if (h->tag & CHORUS_STATUS_ASK) {
+    CH_INFO(COLL, tp->rank, "rank %d (host %s) timed out and asks for this rank's status", s->peer,
+            tp->peers[s->peer].host);
+    if (tp->status_answer) tp->status_answer(tp->status_ctx, s->peer);
+  }
+  return CHORUS_OK;
+}
+
+/* Reads the next frame header; status frames met on the way are handled and skipped. 1 when a
+ * data frame's header is complete in s->rx_hdr (possibly read earlier, before its receive was
+ * posted). */
+static int read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st) {
+  for (;;) {
+    while (s->rx_hdr_off < sizeof(s->rx_hdr)) {
+      ssize_t n = stream_read(tp, s, (char*)&s->rx_hdr + s->rx_hdr_off, sizeof(s->rx_hdr) - s->rx_hdr_off);
+      if (n < 0) *st = stream_error(tp, s, "failed while receiving", (int)-n);
+      if (n <= 0) return 0;
+      s->rx_hdr_off += (size_t)n;
+    }
+    if (s->rx_hdr.magic != CHORUS_FRAME_STATUS_MAGIC) return 1;
+    s->rx_hdr_off = 0;
+    *st = handle_status(tp, s, &s->rx_hdr);
+    if (*st < 0) return 0;
+  }
+}
+
 /* Reads and validates the header of the next frame. 1 when it is complete and matches. */
 static int recv_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t* x, chorus_status_t* st, int* moved) {
-  ssize_t n = stream_read(tp, s, (char*)&s->rx_hdr + s->rx_hdr_off, sizeof(s->rx_hdr) - s->rx_hdr_off);
-  if (n < 0) *st = stream_error(tp, s, "failed while receiving", (int)-n);
-  if (n <= 0) return 0;
+  if (!read_header(tp, s, st)) return 0;
   (*moved)++;
-  s->rx_hdr_off += (size_t)n;
-  if (s->rx_hdr_off < sizeof(s->rx_hdr)) return 0;
   char why[400];
   *st = chorus__frame_check(&s->rx_hdr, &x->hdr, why, sizeof(why));
   if (*st == CHORUS_ERR_MISMATCH && s->rx_hdr.magic == CHORUS_FRAME_MAGIC) send_abort(tp, s, &x->hdr);
@@ -185,18 +261,144 @@ chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x) {
   return CHORUS_OK;
 }
 
+/* Reads control frames from a shared-memory stream's socket, where nothing else travels. */
+static chorus_status_t ctl_read(chorus_transport_t* tp, chorus_stream_t* s) {
+  for (;;) {
+    ssize_t n = chorus__tcp_read(s, (char*)&s->ctl_rx_hdr + s->ctl_rx_off, sizeof(s->ctl_rx_hdr) - s->ctl_rx_off);
+    if (n <= 0) {
+      s->rx_ready = 0;
+      if (n < 0) s->peer_closed = 1; /* the shared-memory data path reports it when it matters */
+      return CHORUS_OK;
+    }
+    s->ctl_rx_off += (size_t)n;
+    if (s->ctl_rx_off < sizeof(s->ctl_rx_hdr)) continue;
+    s->ctl_rx_off = 0;
+    if (s->ctl_rx_hdr.magic != CHORUS_FRAME_STATUS_MAGIC) {
+      snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): received bytes that are not a Chorus status frame "
+               "(magic 0x%08x) on the socket of a shared-memory peer", s->peer, tp->peers[s->peer].host,
+               s->ctl_rx_hdr.magic);
+      return CHORUS_ERR_PROTOCOL;
+    }
+    chorus_status_t st = handle_status(tp, s, &s->ctl_rx_hdr);
+    if (st < 0) return st;
+  }
+}
+
+/* Bytes arrived where no receive is posted: read up to the next data frame's header (kept
+ * for its receive), handling the status frames before it. A closed socket is only noted
+ * here; only a malformed status frame is an error. */
+static chorus_status_t stream_idle_read(chorus_transport_t* tp, chorus_stream_t* s) {
+  if (s->is_shm) return ctl_read(tp, s);
+  if (s->recvq.count || s->rx_hdr_off == sizeof(s->rx_hdr)) return CHORUS_OK;
+  chorus_status_t st = CHORUS_OK;
+  read_header(tp, s, &st);
+  if (st == CHORUS_ERR_PROTOCOL) return st;
+  if (st < 0) {
+    s->peer_closed = 1;
+    s->rx_ready = 0;
+  }
+  return CHORUS_OK;
+}
+
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved) {
   for (int p = 0; p < tp->nranks; p++) {
     chorus_peer_t* peer = &tp->peers[p];
     for (int i = 0; i < peer->nsocks; i++) {
       chorus_stream_t* s = &peer->socks[i];
       chorus_status_t st = CHORUS_OK;
-      if (s->sendq.count) st = stream_send(tp, s, moved);
+      if (s->sendq.count || (s->ctl_count && !s->is_shm)) st = stream_send(tp, s, moved);
+      if (s->ctl_count && s->is_shm) ctl_flush(s);
       if (st >= 0 && s->recvq.count) st = stream_recv(tp, s, moved);
+      if (st >= 0 && s->rx_ready) st = stream_idle_read(tp, s);
       if (st < 0) return st;
     }
   }
   return CHORUS_OK;
+}
+
+/* ---- status exchange ---- */
+
+const char* chorus__status_check(const chorus_transport_t* tp, int sender, const chorus_frame_hdr_t* h) {
+  if (h->magic != CHORUS_FRAME_STATUS_MAGIC) return "not a status frame";
+  if (h->version != CHORUS_PROTO_VERSION) return "another protocol version";
+  if (h->comm_id != tp->comm_id) return "another communicator";
+  uint32_t flags = h->tag & ~CHORUS_STATUS_RANK_MASK, subject = h->tag & CHORUS_STATUS_RANK_MASK;
+  if (flags & ~(CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL)) return "unknown flags";
+  /* Only now is the subject trusted as an index. */
+  if (subject >= (uint32_t)tp->nranks) return "impossible rank";
+  if (!(flags & CHORUS_STATUS_SECONDHAND)) {
+    if ((int)subject != sender) return "a first-hand status about another rank";
+    if (h->nbytes > h->seq) return "more collectives completed than posted";
+    return NULL;
+  }
+  if (flags & (CHORUS_STATUS_ASK | CHORUS_STATUS_IN_CALL)) return "a second-hand status with first-hand flags";
+  if ((int)subject == sender || (int)subject == tp->rank ||
+      strcmp(tp->peers[subject].host, tp->peers[sender].host) != 0)
+    return "a second-hand status about a rank not on the sender's host";
+  return NULL;
+}
+
+void chorus__transport_send_status(chorus_transport_t* tp, int peer, const chorus_frame_hdr_t* h) {
+  chorus_peer_t* p = &tp->peers[peer];
+  if (p->is_self || !p->nsocks) return;
+  /* A stream whose data is at a frame boundary, so that the frame leaves now; else the first. */
+  chorus_stream_t* s = &p->socks[0];
+  for (int i = 0; i < p->nsocks; i++)
+    if (tx_at_boundary(&p->socks[i])) {
+      s = &p->socks[i];
+      break;
+    }
+  if (s->fd < 0) return;
+  if (s->ctl_count == s->ctl_cap) {
+    size_t cap = s->ctl_cap ? s->ctl_cap * 2 : 4;
+    if (cap > 2 * (size_t)tp->nranks + 4) return; /* a peer that keeps asking gets no more */
+    chorus_frame_hdr_t* q = malloc(cap * sizeof(*q));
+    if (!q) return;
+    for (size_t i = 0; i < s->ctl_count; i++) q[i] = s->ctl[(s->ctl_head + i) % s->ctl_cap];
+    free(s->ctl);
+    s->ctl = q;
+    s->ctl_head = 0;
+    s->ctl_cap = cap;
+  }
+  s->ctl[(s->ctl_head + s->ctl_count) % s->ctl_cap] = *h;
+  s->ctl_count++;
+  ctl_flush(s);
+}
+
+/* One round of a gathering rank's I/O on a stream: data and control frames out, status frames
+ * in (through the data path of a TCP stream, which may complete receives on the way). < 0
+ * when the stream failed. */
+static chorus_status_t gather_io(chorus_transport_t* tp, chorus_stream_t* s) {
+  int moved = 0;
+  chorus_status_t st = CHORUS_OK;
+  if (s->is_shm) {
+    ctl_flush(s);
+    st = ctl_read(tp, s);
+    return st < 0 ? st : s->peer_closed ? CHORUS_ERR_REMOTE : CHORUS_OK;
+  }
+  st = stream_send(tp, s, &moved);
+  if (st >= 0 && s->recvq.count) st = stream_recv(tp, s, &moved);
+  if (st >= 0 && !s->recvq.count && s->rx_hdr_off < sizeof(s->rx_hdr)) read_header(tp, s, &st);
+  return st;
+}
+
+void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms) {
+  uint64_t deadline = chorus__now_ns() + (uint64_t)wait_ms * 1000000ull;
+  for (;;) {
+    int waiting = 0;
+    for (int p = 0; p < tp->nranks; p++) {
+      chorus_peer_t* peer = &tp->peers[p];
+      chorus_rank_status_t* rs = &tp->status[p];
+      for (int i = 0; i < peer->nsocks && !rs->gone; i++)
+        if (gather_io(tp, &peer->socks[i]) < 0) rs->gone = 1;
+      if (p != tp->rank && rs->have < 2 && !rs->gone) waiting++;
+    }
+    uint64_t now = chorus__now_ns();
+    if (!waiting || now >= deadline) break;
+    uint64_t left_ms = (deadline - now) / 1000000 + 1;
+    collect_events(tp, left_ms < 10 ? (int)left_ms : 10);
+  }
+  tp->err[0] = '\0'; /* failures met here are reported per rank, not as the operation's error */
 }
 
 /* ---- waiting ---- */
@@ -230,8 +432,9 @@ static void collect_events(chorus_transport_t* tp, int timeout_ms) {
       uint64_t v;
       while (read(tp->wakefd, &v, sizeof(v)) > 0) {
       }
-    } else if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-      s->peer_closed = 1;
+    } else {
+      if (evs[i].events & EPOLLIN) s->rx_ready = 1;
+      if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_closed = 1;
     }
   }
 }
@@ -312,7 +515,8 @@ void chorus__transport_shutdown(chorus_transport_t* tp) {
       chorus_stream_t* s = &peer->socks[i];
       s->sendq.count = s->recvq.count = 0;
       s->tx_hdr_off = s->tx_off = s->rx_hdr_off = s->rx_off = 0;
-      s->rx_checked = 0;
+      s->rx_checked = s->rx_ready = 0;
+      s->ctl_count = s->ctl_off = s->ctl_rx_off = 0;
       if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
     }
   }
@@ -326,6 +530,7 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
         if (peer->socks[i].fd >= 0) close(peer->socks[i].fd);
         chorus__xq_free(&peer->socks[i].sendq);
         chorus__xq_free(&peer->socks[i].recvq);
+        free(peer->socks[i].ctl);
       }
       free(peer->socks);
       chorus__xq_free(&peer->self_sendq);
@@ -334,6 +539,8 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
     free(tp->peers);
     tp->peers = NULL;
   }
+  free(tp->status);
+  tp->status = NULL;
   while (tp->windows) {
     chorus_window_t* w = tp->windows;
     tp->windows = w->next;

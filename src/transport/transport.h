@@ -43,6 +43,13 @@ typedef struct chorus_stream {
   size_t rx_hdr_off, rx_off; /* progress of the frame being received */
   int rx_checked;            /* rx_hdr validated against the head receive */
   int peer_closed;           /* EPOLLRDHUP/HUP seen on fd */
+  int rx_ready;              /* EPOLLIN seen on fd since a read last found it empty */
+  /* Control (status) frames to write on fd: on a TCP stream between data frames, on a
+   * shared-memory stream's idle socket at any time. ctl_off: bytes of the first one written. */
+  chorus_frame_hdr_t* ctl;
+  size_t ctl_head, ctl_count, ctl_cap, ctl_off;
+  chorus_frame_hdr_t ctl_rx_hdr; /* shared-memory stream: a control frame being read from fd */
+  size_t ctl_rx_off;
 } chorus_stream_t;
 
 typedef struct {
@@ -53,6 +60,14 @@ typedef struct {
   char addr[CHORUS_ADDR_LEN]; /* its listening address */
   chorus_xfer_queue_t self_sendq, self_recvq; /* is_self only */
 } chorus_peer_t;
+
+/* What this rank learnt about another rank from status frames (frame.h). */
+typedef struct {
+  chorus_frame_hdr_t hdr; /* the last status frame about the rank */
+  int have;               /* 0: nothing; 1: second hand (from rank `via`); 2: from the rank itself */
+  int via;
+  int gone;               /* its connection closed or failed while this rank asked */
+} chorus_rank_status_t;
 
 typedef struct chorus_transport {
   int rank, nranks;
@@ -66,6 +81,11 @@ typedef struct chorus_transport {
   uint64_t shm_epoch;          /* phases of memory-semantics collectives run so far */
   chorus_window_t* windows;    /* registered memory (chorus_mem_alloc) */
   uint64_t windows_made;       /* windows ever made: the next window's index */
+  chorus_rank_status_t* status; /* per rank: what status frames said about it */
+  /* Called when a peer asks for this rank's status (it timed out): queues the answer with
+   * chorus__transport_send_status. Set by the engine; NULL: the rank does not answer. */
+  void (*status_answer)(void* ctx, int asker);
+  void* status_ctx;
   char err[512]; /* the sentence describing the last transport error */
 } chorus_transport_t;
 
@@ -120,6 +140,20 @@ void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms, uint32_t see
 void chorus__transport_wake(chorus_transport_t* tp);
 /* The peer of the oldest pending transfer (for timeout messages); -1 if none. */
 int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, size_t* bytes_left);
+/* ---- status exchange after a timeout (frame.h: CHORUS_FRAME_STATUS_MAGIC) ---- */
+/* Checks a status frame received from rank `sender` (after its magic): version, communicator,
+ * flags, subject rank (only then used as an index; a first-hand status is about the sender, a
+ * second-hand one about another rank of the sender's host). NULL when valid, else why. Pure. */
+const char* chorus__status_check(const chorus_transport_t* tp, int sender, const chorus_frame_hdr_t* h);
+/* Queues status frame h to peer on the first of its streams whose data is at a frame boundary
+ * (frames queued one after the other arrive in that order), written at once when it can. */
+void chorus__transport_send_status(chorus_transport_t* tp, int peer, const chorus_frame_hdr_t* h);
+/* After this rank asked its peers (status frames with CHORUS_STATUS_ASK): keeps answering and
+ * collecting status frames into tp->status until every peer has sent its own status or is
+ * gone, or wait_ms passed. It may move bytes of the transfers in flight: call it only on the
+ * way to failing them. */
+void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms);
+
 /* Drops every queued transfer (after a failure) and shuts the sockets so peers notice. */
 void chorus__transport_shutdown(chorus_transport_t* tp);
 void chorus__transport_destroy(chorus_transport_t* tp);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "matrix.h"
@@ -118,6 +119,86 @@ TEST(bad_args_n1) {
 TEST(bad_args_n3) {
   int n = 3;
   ASSERT_EQ(run_ranks(3, bad_args_rank, &n), 0);
+}
+
+/* ---- a destroyed, NULL or made-up communicator ---- */
+
+/* The message a refused call left, checked without it ever reading the communicator. */
+static void expect_refused(const chorus_comm_t* comm, const char* call) {
+  const char* msg = chorus_comm_last_error(comm);
+  if (!strstr(msg, call) || !strstr(msg, comm ? "not a valid communicator" : "NULL"))
+    FAIL("chorus_comm_last_error after %s: \"%s\"", call, msg);
+}
+
+#define EXPECT_REFUSED(call, name, comm)                 \
+  do {                                                   \
+    ASSERT_STATUS(call, CHORUS_ERR_INVALID_ARG);          \
+    expect_refused(comm, name);                          \
+  } while (0)
+
+/* Every entry point refuses a communicator that chorus_comm_destroy freed (it is looked up in
+ * the set of live communicators, never read: ASan would see a use after free), a pointer that
+ * never was one, and NULL; the message names the call. Other communicators are unaffected. */
+TEST(destroyed_comm_is_refused) {
+  chorus_unique_id_t id;
+  chorus_comm_t *comm = NULL, *other = NULL, *child = NULL;
+  ASSERT_OK(chorus_get_unique_id(&id));
+  ASSERT_OK(chorus_comm_init(&comm, 1, 0, &id, NULL));
+  ASSERT_OK(chorus_get_unique_id(&id));
+  ASSERT_OK(chorus_comm_init(&other, 1, 0, &id, NULL));
+  int32_t v = 1, out = 0;
+  int r = -1;
+  void* mem = NULL;
+  chorus_req_t* req = NULL;
+  ASSERT_OK(chorus_allreduce(&v, &out, 1, CHORUS_INT32, CHORUS_SUM, comm));
+  chorus_comm_t* stale = comm;
+  ASSERT_OK(chorus_comm_destroy(comm));
+
+  EXPECT_REFUSED(chorus_allreduce(&v, &out, 1, CHORUS_INT32, CHORUS_SUM, stale), "chorus_allreduce", stale);
+  EXPECT_REFUSED(chorus_iallreduce(&v, &out, 1, CHORUS_INT32, CHORUS_SUM, stale, &req), "chorus_allreduce", stale);
+  ASSERT_TRUE(req == NULL);
+  EXPECT_REFUSED(chorus_broadcast(&v, &out, 1, CHORUS_INT32, 0, stale), "chorus_broadcast", stale);
+  EXPECT_REFUSED(chorus_barrier(stale), "chorus_barrier", stale);
+  EXPECT_REFUSED(chorus_send(&v, 1, CHORUS_INT32, 0, stale), "chorus_send", stale);
+  EXPECT_REFUSED(chorus_comm_rank(stale, &r), "chorus_comm_rank", stale);
+  EXPECT_REFUSED(chorus_comm_size(stale, &r), "chorus_comm_size", stale);
+  EXPECT_REFUSED(chorus_comm_split(stale, 0, 0, &child), "chorus_comm_split", stale);
+  EXPECT_REFUSED(chorus_comm_abort(stale), "chorus_comm_abort", stale);
+  EXPECT_REFUSED(chorus_comm_dump(stale, "/dev/null"), "chorus_comm_dump", stale);
+  EXPECT_REFUSED(chorus_mem_alloc(stale, 64, &mem), "chorus_mem_alloc", stale);
+  EXPECT_REFUSED(chorus_comm_destroy(stale), "chorus_comm_destroy", stale); /* a second destroy */
+  ASSERT_TRUE(r == -1 && child == NULL && mem == NULL);
+
+  static char not_a_comm[4096];
+  chorus_comm_t* bogus = (chorus_comm_t*)not_a_comm;
+  EXPECT_REFUSED(chorus_allreduce(&v, &out, 1, CHORUS_INT32, CHORUS_SUM, bogus), "chorus_allreduce", bogus);
+  EXPECT_REFUSED(chorus_comm_destroy(bogus), "chorus_comm_destroy", bogus);
+  EXPECT_REFUSED(chorus_reduce(&v, &out, 1, CHORUS_INT32, CHORUS_SUM, 0, NULL), "chorus_reduce", NULL);
+  EXPECT_REFUSED(chorus_comm_rank(NULL, &r), "chorus_comm_rank", NULL);
+
+  /* The other communicator still works, and its own last error is its own. */
+  ASSERT_OK(chorus_allreduce(&v, &out, 1, CHORUS_INT32, CHORUS_SUM, other));
+  ASSERT_TRUE(out == 1);
+  ASSERT_TRUE(strstr(chorus_comm_last_error(other), "not a valid") == NULL);
+  ASSERT_OK(chorus_comm_destroy(other));
+}
+
+/* What the live-communicator check adds to a call: a lookup per call, timed on a query. */
+TEST(live_check_is_cheap) {
+  chorus_unique_id_t id;
+  chorus_comm_t* comm = NULL;
+  ASSERT_OK(chorus_get_unique_id(&id));
+  ASSERT_OK(chorus_comm_init(&comm, 1, 0, &id, NULL));
+  enum { N = 1000000 };
+  int r = 0;
+  double t0 = test_now_sec();
+  for (int i = 0; i < N; i++) ASSERT_TRUE(chorus_comm_rank(comm, &r) == CHORUS_OK);
+  double ns = (test_now_sec() - t0) / N * 1e9;
+  printf("chorus_comm_rank with the live check: %.1f ns per call\n", ns);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) /* they instrument every load */
+  ASSERT_TRUE(ns < 200); /* a few loads; generous for a loaded 2-core machine */
+#endif
+  ASSERT_OK(chorus_comm_destroy(comm));
 }
 
 /* ---- bad settings ---- */

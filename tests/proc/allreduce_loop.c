@@ -9,6 +9,9 @@
  * Usage: chorus-test-allreduce-loop SECONDS [COUNT]
  * CHORUS_TEST_PIDDIR=DIR: after the first verified allreduce, writes DIR/rank.R.pid (so a
  * test knows the job is running collectives and which PID to kill).
+ * CHORUS_TEST_SKIP=R:I: rank R never calls the allreduce of iteration I: it says so on stdout,
+ * sleeps CHORUS_TEST_SKIP_SEC seconds (default 60) outside any Chorus call, and exits 3 (its
+ * peers time out, for the tests of timeout verdicts).
  */
 #ifndef _GNU_SOURCE /* also set by CMake for the whole project */
 #define _GNU_SOURCE
@@ -114,6 +117,25 @@ static int parse_args(int argc, char** argv, double* seconds, size_t* count) {
   return 0;
 }
 
+/* CHORUS_TEST_SKIP=R:I: the iteration this rank skips, or -1. */
+static int skip_iteration(int rank) {
+  const char* v = getenv("CHORUS_TEST_SKIP");
+  int r = -1, it = -1;
+  if (!v || sscanf(v, "%d:%d", &r, &it) != 2 || r != rank) return -1;
+  return it;
+}
+
+static int skip_call(int rank, int it) {
+  const char* v = getenv("CHORUS_TEST_SKIP_SEC");
+  double sec = v ? atof(v) : 60.0;
+  printf("rank %d: skipping the allreduce of iteration %d, sleeping %.0f s\n", rank, it, sec);
+  struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  fprintf(stderr, "rank %d: exiting with status 3 after skipping iteration %d\n", rank, it);
+  return 3;
+}
+
 int main(int argc, char** argv) {
   double seconds;
   size_t count;
@@ -137,6 +159,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const char* piddir = getenv("CHORUS_TEST_PIDDIR");
+  int skip_it = skip_iteration(rank);
   double start = now_sec(), window_start = start;
   int it = 0;
   do {
@@ -145,6 +168,13 @@ int main(int argc, char** argv) {
     float* out = in_place ? send : recv;
     fill_input(send, count, rank, it);
     if (!in_place) fill_sentinel(recv, count);
+    if (it == skip_it) {
+      free(send);
+      free(recv);
+      int rc = skip_call(rank, it);
+      chorus_comm_destroy(comm);
+      return rc;
+    }
     st = chorus_allreduce(send, out, count, CHORUS_FLOAT32, CHORUS_SUM, comm);
     if (st < 0) return fail_status("allreduce", rank, it, st, comm);
     float want = 0;
