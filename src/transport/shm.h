@@ -25,14 +25,13 @@ typedef struct {
 
 /* Per local rank, for memory-semantics collectives: counters only the owner writes, and the
  * signature of the operation it is running (checked by the others before they touch its
- * data, so mismatched calls are detected). */
+ * data, so mismatched calls are detected). Flags and signature share one cache line: a peer
+ * that sees a flag move has the signature to check in the same miss. */
 typedef struct {
-  uint64_t flag[4];
-  char pad1[32];
-  uint64_t sig[6];
-  char pad2[16];
+  uint64_t flag[3];
+  uint64_t sig[5];
   uint64_t zc[4]; /* zero-copy operations: send window + offset, receive window + offset */
-  char pad3[32];
+  char pad[32];
 } chorus_shm_ctl_t;
 
 /* The mapping of one host's segment, held by each local rank. */
