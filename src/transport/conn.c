@@ -276,6 +276,8 @@ int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, c
   if (reached) return 1;
   const chorus_peer_t* p = &tp_of(t)->peers[rank];
   if (p->nsocks && p->socks[0].peer_closed) {
+    /* A peer that found a mismatch closes its connections: say mismatch, as it does. */
+    if (signature_conflicts(t, rank, c, st)) return 0;
     snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a shared-memory %s",
              rank, p->host, chorus__coll_name(t->args.coll));
     *st = CHORUS_ERR_REMOTE;
