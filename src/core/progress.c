@@ -17,9 +17,10 @@
 #include "core/comm.h"
 #include "core/log.h"
 
-/* How many times a waiter polls without yielding (and without reading the clock: each read
- * costs as much as a poll here) before it turns to sched_yield and then sleep. About 3 us. */
-#define BUSY_POLLS 128
+/* How long a waiter polls without yielding before sched_yield and then sleep; it reads the
+ * clock (as costly as a poll here) once every CLOCK_POLLS polls meanwhile. */
+#define BUSY_POLL_NS 3000ull
+#define CLOCK_POLLS 16
 
 /* Longest single sleep: bounds how late a timeout or an abort is noticed. */
 #define MAX_SLEEP_MS 100
@@ -149,6 +150,7 @@ static int target_pending(const chorus_comm_t* comm, const chorus_task_t* target
 static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now) {
   uint64_t spin_start = 0;
   unsigned idle_polls = 0;
+  int yielding = 0;
   while (target_pending(comm, target)) {
     if (__atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE) && comm->head) {
       chorus__comm_set_error(comm, "communicator aborted by chorus_comm_abort on rank %d", comm->rank);
@@ -159,12 +161,13 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
       if (!target_pending(comm, target)) break;
       spin_start = 0;
       idle_polls = 0;
+      yielding = 0;
       now = chorus__now_ns();
       continue;
     }
-    if (++idle_polls < BUSY_POLLS) {
+    if (++idle_polls % CLOCK_POLLS != 0 && !yielding) {
       /* A peer on another core usually answers within a microsecond: poll again at once
-       * (the pass may have started a task with a clock reading this many polls old). */
+       * (the pass may start a task with a clock reading a few polls old). */
       pthread_mutex_unlock(&comm->mu);
       __builtin_ia32_pause();
       pthread_mutex_lock(&comm->mu);
@@ -186,6 +189,7 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
         chorus__transport_disarm(&comm->tp);
         spin_start = 0;
         idle_polls = 0;
+        yielding = 0;
         now = chorus__now_ns();
         continue;
       }
@@ -196,12 +200,16 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
       pthread_mutex_lock(&comm->mu);
       __atomic_store_n(&comm->sleeping, 0, __ATOMIC_RELEASE);
       idle_polls = 0;
+      yielding = 0;
       now = chorus__now_ns();
       continue;
     }
-    /* Other ranks may need this core: yield between polls until the spin time is up. */
+    /* Other ranks may need this core: after a short busy poll, yield between polls until the
+     * spin time is up. */
+    yielding = now - spin_start >= BUSY_POLL_NS;
     pthread_mutex_unlock(&comm->mu);
-    sched_yield();
+    if (yielding) sched_yield();
+    else __builtin_ia32_pause();
     pthread_mutex_lock(&comm->mu);
   }
 }

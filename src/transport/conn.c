@@ -266,12 +266,13 @@ static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_
   return 1;
 }
 
-int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st) {
-  chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
-  int reached = __atomic_load_n(&c->flag[f], __ATOMIC_SEQ_CST) >= want;
-  /* A peer that runs another operation under this sequence number would never set the flag,
-   * or would have set it for other data: check before using its data, and now and then while
-   * waiting (often enough to fail fast, rarely enough to keep polling cheap). */
+/* The closed-peer and mismatch checks of a wait; `reached` says the awaited data is there,
+ * which calls for the signature check before it is used. */
+static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* st) {
+  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+  /* A peer that runs another operation under this sequence number would never publish, or
+   * would publish other data: check before using its data, and now and then while waiting
+   * (often enough to fail fast, rarely enough to keep polling cheap). */
   if ((reached || (++t->polls & 63) == 0) && signature_conflicts(t, rank, c, st)) return 0;
   if (reached) return 1;
   const chorus_peer_t* p = &tp_of(t)->peers[rank];
@@ -281,15 +282,43 @@ int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, c
     snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a shared-memory %s",
              rank, p->host, chorus__coll_name(t->args.coll));
     *st = CHORUS_ERR_REMOTE;
+    return 0;
   }
-  return 0;
+  return 1;
 }
+
+int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st) {
+  int reached = __atomic_load_n(&chorus__conn_shm_ctl(t, rank)->flag[f], __ATOMIC_SEQ_CST) >= want;
+  return peer_check(t, rank, reached, st) && reached;
+}
+
+int chorus__conn_shm_peer_ok(chorus_task_t* t, int rank, chorus_status_t* st) {
+  return peer_check(t, rank, 0, st);
+}
+
+chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int rank) {
+  chorus_status_t st = CHORUS_OK;
+  if (!signature_conflicts(t, rank, chorus__conn_shm_ctl(t, rank), &st))
+    snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs another operation than this rank's %s #%llu",
+             rank, chorus__coll_name(t->args.coll), (unsigned long long)t->seq);
+  return CHORUS_ERR_MISMATCH;
+}
+
+uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int rank, int which) {
+  return chorus__conn_shm_ctl(t, rank)->ll[which];
+}
+
+uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t) { return &tp_of(t)->shm_ll_last; }
 
 /* ---- zero-copy on registered memory ---- */
 
 int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_bytes, const void* recv,
                              size_t recv_bytes) {
   chorus_window_t* list = tp_of(t)->windows;
+  if (!list) { /* nothing registered: the common case, answered at once */
+    t->variant = 0;
+    return 0;
+  }
   size_t soff = 0, roff = 0;
   chorus_window_t* sw = send_bytes ? chorus__window_find(list, send, send_bytes, &soff) : NULL;
   chorus_window_t* rw = recv_bytes ? chorus__window_find(list, recv, recv_bytes, &roff) : NULL;

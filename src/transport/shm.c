@@ -40,7 +40,9 @@ typedef struct {
   char pad[LINE - 32];
 } seg_header_t;
 
-_Static_assert(sizeof(chorus_shm_ctl_t) == 2 * LINE, "control block is two cache lines");
+_Static_assert(offsetof(chorus_shm_ctl_t, ll) == 2 * LINE, "LL buffers start on the third line");
+_Static_assert(sizeof(chorus_shm_ctl_t) % LINE == 0, "control blocks are whole cache lines");
+_Static_assert(CHORUS_SHM_LL_WORDS * 8 % LINE == 0, "LL buffers are whole cache lines");
 _Static_assert(offsetof(chorus_shm_ctl_t, zc) == LINE, "flags and signature fill the first line");
 
 static size_t ring_stride(size_t ring_bytes) { return sizeof(chorus_shm_ring_t) + ring_bytes; }
@@ -55,9 +57,10 @@ size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes, size_t slot_bytes) {
   return rings_end(nlocal, ring_bytes) + (size_t)nlocal * area_stride(slot_bytes);
 }
 
-chorus_shm_ctl_t* chorus__shm_ctl(const chorus_shm_seg_t* seg, int local) {
-  char* areas = (char*)seg->base + rings_end(seg->nlocal, seg->ring_bytes);
-  return (chorus_shm_ctl_t*)(areas + (size_t)local * area_stride(seg->slot_bytes));
+/* Where the per-rank areas are, once the geometry is known (the hot paths only add). */
+static void locate_areas(chorus_shm_seg_t* seg) {
+  seg->areas = (char*)seg->base + rings_end(seg->nlocal, seg->ring_bytes);
+  seg->area_bytes = area_stride(seg->slot_bytes);
 }
 
 char* chorus__shm_slot(const chorus_shm_seg_t* seg, int local, int which) {
@@ -113,6 +116,7 @@ chorus_status_t chorus__shm_create(char* name, size_t namelen, int nlocal, size_
   seg->my_local = 0;
   seg->ring_bytes = ring_bytes;
   seg->slot_bytes = slot_bytes;
+  locate_areas(seg);
   seg_header_t* h = seg->base;
   h->nlocal = (uint32_t)nlocal;
   h->ring_bytes = ring_bytes;
@@ -159,6 +163,7 @@ chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, c
   seg->my_local = my_local;
   seg->ring_bytes = h->ring_bytes;
   seg->slot_bytes = h->slot_bytes;
+  locate_areas(seg);
   return CHORUS_OK;
 }
 
