@@ -4,6 +4,7 @@
  * calls then wait in the caller's thread.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "coll/coll.h"
 #include "core/live.h"
@@ -64,7 +65,9 @@ static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int bloc
     CH_INFO(COLL, comm->rank, "%s", comm->last_error);
     return st;
   }
-  chorus_req_t* req = calloc(1, sizeof(*req));
+  chorus_req_t* req = __atomic_exchange_n(&comm->spare_req, NULL, __ATOMIC_ACQ_REL);
+  if (req) memset(req, 0, sizeof(*req));
+  else req = calloc(1, sizeof(*req));
   if (!req) {
     pthread_mutex_unlock(&comm->api_mu);
     return CHORUS_ERR_NO_MEMORY;
@@ -84,6 +87,18 @@ static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int bloc
     CH_INFO(COLL, comm->rank, "%s #%llu: %zu x %s, op %s, root %d, algo %s", chorus__coll_name(a.coll),
             (unsigned long long)t->seq, a.count, chorus_dtype_name(a.dtype), chorus_op_name(a.op),
             a.root, t->algo->name);
+    if (blocking) {
+      /* Queued and driven to the end in one step; api_mu is released once it is queued. */
+      int queued;
+      st = chorus__engine_run(comm, t, &comm->api_mu, &queued);
+      if (!queued) { /* the communicator is broken */
+        if (t->algo->fini) t->algo->fini(t);
+        free(req);
+        return st;
+      }
+      chorus__engine_release(comm, req);
+      return st;
+    }
     st = chorus__engine_post(comm, t);
     if (st < 0 && t->algo->fini) t->algo->fini(t);
   } else if (st == CHORUS_ERR_NOT_SUPPORTED || st == CHORUS_ERR_NO_MEMORY) {
@@ -96,13 +111,8 @@ static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int bloc
     free(req);
     return st;
   }
-  if (!blocking) {
-    *out = req;
-    return CHORUS_OK;
-  }
-  st = chorus__engine_wait(comm, t);
-  chorus__engine_release(comm, req);
-  return st;
+  *out = req;
+  return CHORUS_OK;
 }
 
 CHORUS_API chorus_status_t chorus_test(chorus_req_t* req, int* done) {

@@ -5,6 +5,7 @@
  */
 #include <float.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "coll/coll.h"
 #include "core/log.h"
@@ -27,6 +28,18 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
     chorus__comm_set_error(comm, "%s: CHORUS_ALGO=%s names no %s algorithm (chorus-diag --algos lists them)",
                            cname, comm->algo_spec, cname);
     return CHORUS_ERR_NOT_SUPPORTED;
+  }
+  /* Training repeats the same calls: the last choice for the same shape is reused as long as
+   * it still supports the call (support can depend on more than the key, e.g. buffers). */
+  const chorus_coll_args_t* a0 = &t->args;
+  uint64_t key[3] = {(uint64_t)a0->dtype | (uint64_t)a0->op << 8 | (uint64_t)(uint32_t)a0->root << 16 |
+                         (uint64_t)(a0->sendbuf == a0->recvbuf) << 48,
+                     a0->count, a0->recvcount ^ (uint64_t)(uint32_t)a0->peer << 40};
+  const chorus_algo_t* cached = comm->picked[coll].algo;
+  if (cached && memcmp(key, comm->picked[coll].key, sizeof(key)) == 0 &&
+      (!cached->supported || cached->supported(t))) {
+    t->algo = cached;
+    return CHORUS_OK;
   }
   const chorus_algo_t *best = NULL, *second = NULL;
   double best_us = DBL_MAX, second_us = DBL_MAX;
@@ -51,5 +64,7 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
   CH_DEBUG(TUNE, comm->rank, "%s of %zu elements: %s (%.1f us predicted)%s%s", cname, t->args.count,
            best->name, best_us, second ? ", runner-up " : "", second ? second->name : "");
   t->algo = best;
+  comm->picked[coll].algo = best;
+  memcpy(comm->picked[coll].key, key, sizeof(key));
   return CHORUS_OK;
 }

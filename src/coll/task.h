@@ -55,6 +55,10 @@ struct chorus_comm;
 struct chorus_algo;
 struct chorus_req;
 
+/* Words of an operation's signature: sequence number + 1, kind|dtype|op|root, count, algorithm
+ * hash, recvcount|variant. */
+#define CHORUS_SIG_WORDS 5
+
 typedef struct chorus_task {
   chorus_coll_args_t args;
   struct chorus_comm* comm;
@@ -75,10 +79,16 @@ typedef struct chorus_task {
   int phase;
   size_t step;
   void* state; /* allocated by algo->init, released by algo->fini */
+  /* Room for a small state, so that a small call allocates nothing (algorithms may point
+   * state here instead of allocating). */
+  _Alignas(16) unsigned char state_space[64];
   /* Zero-copy (registered memory): set by chorus__conn_zc_eligible; part of the signature, so
    * ranks that disagree get ERR_MISMATCH. zc: send window, send offset, recv window, offset. */
   uint32_t variant;
   uint64_t zc[4];
+  /* Its signature as published in the host's control block (computed once, when it starts). */
+  uint64_t sig[CHORUS_SIG_WORDS];
+  unsigned polls; /* flag polls that found nothing new (mismatch checks are spaced out) */
 
   /* Engine bookkeeping (src/core/progress.c); algorithms do not touch these. */
   chorus_status_t status;    /* INPROGRESS until the task ends */

@@ -141,6 +141,7 @@ void chorus__comm_free(chorus_comm_t* comm) {
   free(comm->p2p_send_seq);
   free(comm->p2p_recv_seq);
   free(comm->host_of_rank);
+  free(comm->spare_req);
   pthread_mutex_destroy(&comm->mu);
   pthread_mutex_destroy(&comm->api_mu);
   pthread_cond_destroy(&comm->cv);

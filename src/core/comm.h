@@ -53,7 +53,13 @@ struct chorus_comm {
   pthread_mutex_t api_mu;    /* serialises posting calls made from several threads */
   chorus_task_t *head, *tail;
   chorus_req_t* live;        /* requests not yet freed */
+  chorus_req_t* spare_req;   /* atomic: one freed request kept for the next call (no malloc) */
+  struct {                   /* the last selection per collective, keyed by what decides it */
+    const chorus_algo_t* algo;
+    uint64_t key[3];
+  } picked[CH_COLL_COUNT];
   int progressing;           /* a thread holds the right to drive progress */
+  int cv_waiters;            /* threads waiting on cv: nobody to wake when 0 */
   int sleeping;              /* that thread sleeps in epoll: posting must wake it */
   uint64_t next_seq;         /* collectives */
   uint64_t* p2p_send_seq;    /* per peer */
@@ -98,6 +104,9 @@ void chorus__host_id(char* out, size_t outlen);
 chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t);
 /* Drives progress until t completes; returns its status. */
 chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t);
+/* Post and wait in one step, for blocking calls (one lock, one clock reading). Unlocks
+ * `posting` (held by the caller) once t is queued; *queued says whether it was. */
+chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, pthread_mutex_t* posting, int* queued);
 /* Non-blocking check: one progress pass if no other thread drives progress. */
 int chorus__engine_test(chorus_comm_t* comm, chorus_task_t* t);
 /* Marks the communicator broken with st and the sentence in comm->last_error; fails every

@@ -17,8 +17,10 @@
 #include "core/comm.h"
 #include "core/log.h"
 
-/* How long a waiter polls without yielding before sched_yield and then sleep. */
+/* How long a waiter polls without yielding before sched_yield and then sleep; it reads the
+ * clock (as costly as a poll here) once every CLOCK_POLLS polls meanwhile. */
 #define BUSY_POLL_NS 3000ull
+#define CLOCK_POLLS 16
 
 /* Longest single sleep: bounds how late a timeout or an abort is noticed. */
 #define MAX_SLEEP_MS 100
@@ -27,7 +29,14 @@ static void req_unlink_free(chorus_comm_t* comm, chorus_req_t* req) {
   if (req->live_prev) req->live_prev->live_next = req->live_next;
   else comm->live = req->live_next;
   if (req->live_next) req->live_next->live_prev = req->live_prev;
-  free(req);
+  /* Keep one for the next call: small blocking calls then allocate nothing. */
+  chorus_req_t* none = NULL;
+  if (!__atomic_compare_exchange_n(&comm->spare_req, &none, req, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) free(req);
+}
+
+/* Wakes the threads waiting on cv (none, on the latency path of a single-threaded caller). */
+static void wake_waiters(chorus_comm_t* comm) {
+  if (comm->cv_waiters) pthread_cond_broadcast(&comm->cv);
 }
 
 static int is_coll(chorus_coll_t c) { return c != CH_COLL_SEND && c != CH_COLL_RECV && c != CH_COLL_SENDRECV; }
@@ -47,7 +56,7 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
            (double)(chorus__now_ns() - t->post_ns) / 1e3);
   chorus_req_t* req = (chorus_req_t*)t;
   if (req->user_released) req_unlink_free(comm, req);
-  pthread_cond_broadcast(&comm->cv);
+  wake_waiters(comm);
 }
 
 /* Breaks the communicator (logging the error when `log`) and fails every queued task. */
@@ -106,8 +115,9 @@ static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
   engine_break(comm, CHORUS_ERR_TIMEOUT, 0);
 }
 
-/* One pass: move bytes, then let the head tasks advance. mu held. Returns transfers moved. */
-static int progress_pass(chorus_comm_t* comm) {
+/* One pass: move bytes, then let the head tasks advance. mu held; now is the caller's recent
+ * clock reading (one per pass is most of what a spinning waiter does). Returns transfers moved. */
+static int progress_pass(chorus_comm_t* comm, uint64_t now) {
   int moved = 0;
   comm->tp.err[0] = '\0';
   chorus_status_t st = chorus__transport_progress(&comm->tp, &moved);
@@ -115,7 +125,6 @@ static int progress_pass(chorus_comm_t* comm) {
     fail_task_error(comm, comm->head, st);
     return 1;
   }
-  uint64_t now = chorus__now_ns();
   if (moved) comm->last_activity_ns = now;
   while (comm->head) {
     chorus_task_t* t = comm->head;
@@ -149,19 +158,33 @@ static int target_pending(const chorus_comm_t* comm, const chorus_task_t* target
 
 /* Drives progress until target ends (or, with target NULL, the queue is empty). Called with mu
  * held and the driving role taken; mu is released while sleeping. */
-static void drive(chorus_comm_t* comm, const chorus_task_t* target) {
+static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now) {
   uint64_t spin_start = 0;
+  unsigned idle_polls = 0;
+  int yielding = 0;
   while (target_pending(comm, target)) {
     if (__atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE) && comm->head) {
       chorus__comm_set_error(comm, "communicator aborted by chorus_comm_abort on rank %d", comm->rank);
       chorus__engine_fail(comm, CHORUS_ERR_COMM_BROKEN);
       continue;
     }
-    if (progress_pass(comm)) {
+    if (progress_pass(comm, now)) {
+      if (!target_pending(comm, target)) break;
       spin_start = 0;
+      idle_polls = 0;
+      yielding = 0;
+      now = chorus__now_ns();
       continue;
     }
-    uint64_t now = chorus__now_ns();
+    if (++idle_polls % CLOCK_POLLS != 0 && !yielding) {
+      /* A peer on another core usually answers within a microsecond: poll again at once
+       * (the pass may start a task with a clock reading a few polls old). */
+      pthread_mutex_unlock(&comm->mu);
+      __builtin_ia32_pause();
+      pthread_mutex_lock(&comm->mu);
+      continue;
+    }
+    now = chorus__now_ns();
     uint64_t timeout_ns = (uint64_t)comm->timeout_sec * CHORUS_NS_PER_SEC;
     if (comm->head && now - comm->last_activity_ns >= timeout_ns) {
       fail_timeout(comm, now - comm->last_activity_ns);
@@ -173,9 +196,12 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target) {
        * look rings a doorbell whose value was already read, so the sleep returns at once
        * instead of losing the wake-up. */
       uint32_t seen = chorus__transport_arm(&comm->tp);
-      if (progress_pass(comm)) {
+      if (progress_pass(comm, now)) {
         chorus__transport_disarm(&comm->tp);
         spin_start = 0;
+        idle_polls = 0;
+        yielding = 0;
+        now = chorus__now_ns();
         continue;
       }
       uint64_t until_timeout_ms = (comm->last_activity_ns + timeout_ns - now) / 1000000 + 1;
@@ -184,16 +210,17 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target) {
       chorus__transport_wait(&comm->tp, until_timeout_ms < MAX_SLEEP_MS ? (int)until_timeout_ms : MAX_SLEEP_MS, seen);
       pthread_mutex_lock(&comm->mu);
       __atomic_store_n(&comm->sleeping, 0, __ATOMIC_RELEASE);
+      idle_polls = 0;
+      yielding = 0;
+      now = chorus__now_ns();
       continue;
     }
+    /* Other ranks may need this core: after a short busy poll, yield between polls until the
+     * spin time is up. */
+    yielding = now - spin_start >= BUSY_POLL_NS;
     pthread_mutex_unlock(&comm->mu);
-    if (now - spin_start < BUSY_POLL_NS) {
-      /* A peer on another core usually answers within a microsecond or two: poll without a
-       * system call first, then yield (other ranks may need this core), then sleep. */
-      for (int i = 0; i < 16; i++) __builtin_ia32_pause();
-    } else {
-      sched_yield();
-    }
+    if (yielding) sched_yield();
+    else __builtin_ia32_pause();
     pthread_mutex_lock(&comm->mu);
   }
 }
@@ -204,20 +231,22 @@ static void timed_cond_wait(chorus_comm_t* comm, int ms) {
   ts.tv_nsec += (long)ms * 1000000L;
   ts.tv_sec += ts.tv_nsec / 1000000000L;
   ts.tv_nsec %= 1000000000L;
+  comm->cv_waiters++;
   pthread_cond_timedwait(&comm->cv, &comm->mu, &ts);
+  comm->cv_waiters--;
 }
 
 /* Drives progress toward target if no other thread does; otherwise waits a little for that
  * thread to finish a task or give the role up. mu held. */
-static void drive_or_wait(chorus_comm_t* comm, const chorus_task_t* target) {
+static void drive_or_wait(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now) {
   if (comm->progressing) {
     timed_cond_wait(comm, MAX_SLEEP_MS);
     return;
   }
   comm->progressing = 1;
-  drive(comm, target);
+  drive(comm, target, now);
   comm->progressing = 0;
-  pthread_cond_broadcast(&comm->cv);
+  wake_waiters(comm);
 }
 
 static void* bg_main(void* arg) {
@@ -225,30 +254,26 @@ static void* bg_main(void* arg) {
   pthread_setname_np(pthread_self(), "chorus-progress");
   pthread_mutex_lock(&comm->mu);
   while (!comm->bg_stop) {
-    if (comm->head) drive_or_wait(comm, NULL);
+    if (comm->head) drive_or_wait(comm, NULL, chorus__now_ns());
     else timed_cond_wait(comm, MAX_SLEEP_MS);
   }
   pthread_mutex_unlock(&comm->mu);
   return NULL;
 }
 
-chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
-  pthread_mutex_lock(&comm->mu);
-  if (comm->broken) {
-    pthread_mutex_unlock(&comm->mu);
-    return CHORUS_ERR_COMM_BROKEN;
-  }
+/* Queues t. mu held. */
+static chorus_status_t enqueue(chorus_comm_t* comm, chorus_task_t* t, uint64_t now) {
+  if (comm->broken) return CHORUS_ERR_COMM_BROKEN;
   if (!t->blocking && !comm->bg_started) {
     int rc = pthread_create(&comm->bg_thread, NULL, bg_main, comm);
     if (rc != 0) {
-      pthread_mutex_unlock(&comm->mu);
       chorus__comm_set_error(comm, "cannot start the progress thread: %s", strerror(rc));
       return CHORUS_ERR_SYSTEM;
     }
     comm->bg_started = 1;
   }
   t->status = CHORUS_INPROGRESS;
-  t->post_ns = chorus__now_ns();
+  t->post_ns = now;
   if (is_coll(t->args.coll)) {
     comm->coll_posted = t->seq + 1;
     comm->last_coll = t->args;
@@ -263,14 +288,37 @@ chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
   if (comm->live) comm->live->live_prev = req;
   comm->live = req;
   if (__atomic_load_n(&comm->sleeping, __ATOMIC_ACQUIRE)) chorus__transport_wake(&comm->tp);
-  pthread_cond_broadcast(&comm->cv);
-  pthread_mutex_unlock(&comm->mu);
+  wake_waiters(comm);
   return CHORUS_OK;
+}
+
+chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
+  pthread_mutex_lock(&comm->mu);
+  chorus_status_t st = enqueue(comm, t, chorus__now_ns());
+  pthread_mutex_unlock(&comm->mu);
+  return st;
+}
+
+chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, pthread_mutex_t* posting, int* queued) {
+  pthread_mutex_lock(&comm->mu);
+  uint64_t now = chorus__now_ns();
+  chorus_status_t st = enqueue(comm, t, now);
+  pthread_mutex_unlock(posting); /* queued: other threads may post behind it */
+  *queued = st >= 0;
+  if (st >= 0) {
+    while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) {
+      drive_or_wait(comm, t, now);
+      now = chorus__now_ns();
+    }
+    st = t->status;
+  }
+  pthread_mutex_unlock(&comm->mu);
+  return st;
 }
 
 chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t) {
   pthread_mutex_lock(&comm->mu);
-  while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) drive_or_wait(comm, t);
+  while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) drive_or_wait(comm, t, chorus__now_ns());
   chorus_status_t st = t->status;
   pthread_mutex_unlock(&comm->mu);
   return st;
@@ -280,9 +328,9 @@ int chorus__engine_test(chorus_comm_t* comm, chorus_task_t* t) {
   pthread_mutex_lock(&comm->mu);
   if (t->status == CHORUS_INPROGRESS && !comm->progressing) {
     comm->progressing = 1;
-    progress_pass(comm);
+    progress_pass(comm, chorus__now_ns());
     comm->progressing = 0;
-    pthread_cond_broadcast(&comm->cv);
+    wake_waiters(comm);
   }
   int done = t->status != CHORUS_INPROGRESS;
   pthread_mutex_unlock(&comm->mu);
@@ -298,13 +346,14 @@ void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req) {
 
 void chorus__engine_drain(chorus_comm_t* comm) {
   pthread_mutex_lock(&comm->mu);
-  while (comm->head) drive_or_wait(comm, NULL);
+  while (comm->head) drive_or_wait(comm, NULL, chorus__now_ns());
   comm->bg_stop = 1;
-  pthread_cond_broadcast(&comm->cv);
+  wake_waiters(comm);
   int started = comm->bg_started;
   pthread_mutex_unlock(&comm->mu);
   if (started) pthread_join(comm->bg_thread, NULL);
   pthread_mutex_lock(&comm->mu);
   while (comm->live) req_unlink_free(comm, comm->live);
+  free(__atomic_exchange_n(&comm->spare_req, NULL, __ATOMIC_ACQ_REL));
   pthread_mutex_unlock(&comm->mu);
 }

@@ -208,44 +208,43 @@ void chorus__conn_shm_signal(chorus_task_t* t) {
 }
 
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value) {
-  __atomic_store_n(&chorus__conn_shm_ctl(t, t->rank)->flag[f], value, __ATOMIC_RELEASE);
+  /* Sequentially consistent: a peer about to sleep either sees it or is woken (shm.c). */
+  __atomic_store_n(&chorus__conn_shm_ctl(t, t->rank)->flag[f], value, __ATOMIC_SEQ_CST);
   chorus__conn_shm_signal(t);
 }
 
 /* Signature words: sequence number, then everything that must agree across ranks. */
-static void signature_of(const chorus_task_t* t, uint64_t sig[6]) {
+static void signature_of(const chorus_task_t* t, uint64_t sig[CHORUS_SIG_WORDS]) {
   const chorus_coll_args_t* a = &t->args;
   uint64_t algo_hash = 1469598103934665603ull;
   for (const char* c = t->algo ? t->algo->name : ""; *c; c++) algo_hash = (algo_hash ^ (uint8_t)*c) * 1099511628211ull;
   sig[0] = t->seq + 1; /* 0 means "nothing published yet" */
-  sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16;
+  sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 | (uint64_t)(uint32_t)a->root << 32;
   sig[2] = a->count;
-  sig[3] = (uint64_t)(uint32_t)a->root;
-  sig[4] = algo_hash;
-  sig[5] = a->recvcount | (uint64_t)t->variant << 56;
+  sig[3] = algo_hash;
+  sig[4] = a->recvcount | (uint64_t)t->variant << 56;
 }
 
 void chorus__conn_publish_signature(chorus_task_t* t) {
+  signature_of(t, t->sig);
   /* Also when the communicator spans hosts: the other ranks of the host read it for verdicts. */
   if (!tp_of(t)->shm.base) return;
   int p2p = t->args.coll == CH_COLL_SEND || t->args.coll == CH_COLL_RECV || t->args.coll == CH_COLL_SENDRECV;
   if (p2p) return; /* point-to-point sequence numbers are per pair, not comm-wide */
-  uint64_t sig[6];
-  signature_of(t, sig);
-  /* A seqlock: sig[0] is 0 while the other words change, so readers never see a mix. */
-  /* Sequentially consistent on every word (no fences: ThreadSanitizer does not model them),
-   * so a reader that sees sig[0] unchanged before and after reading saw no word of a rewrite. */
+  /* A seqlock: sig[0] is 0 while the other words change. The release stores keep the zero
+   * ahead of every new word, so a reader that sees a new word and then sig[0] again sees the
+   * zero or the new value, never the old one (no fences: ThreadSanitizer does not model them). */
   chorus_shm_ctl_t* me = chorus__shm_ctl(&tp_of(t)->shm, tp_of(t)->shm.my_local);
-  __atomic_store_n(&me->sig[0], 0, __ATOMIC_SEQ_CST);
-  for (int i = 1; i < 6; i++) __atomic_store_n(&me->sig[i], sig[i], __ATOMIC_SEQ_CST);
-  __atomic_store_n(&me->sig[0], sig[0], __ATOMIC_SEQ_CST);
+  __atomic_store_n(&me->sig[0], 0, __ATOMIC_RELAXED);
+  for (int i = 1; i < CHORUS_SIG_WORDS; i++) __atomic_store_n(&me->sig[i], t->sig[i], __ATOMIC_RELEASE);
+  __atomic_store_n(&me->sig[0], t->sig[0], __ATOMIC_RELEASE);
 }
 
 /* Reads rank's signature; 0 when it is being rewritten (then it is not this task's any more). */
-static int read_signature(const chorus_shm_ctl_t* c, uint64_t out[6]) {
-  out[0] = __atomic_load_n(&c->sig[0], __ATOMIC_SEQ_CST);
-  for (int i = 1; i < 6; i++) out[i] = __atomic_load_n(&c->sig[i], __ATOMIC_SEQ_CST);
-  return out[0] != 0 && __atomic_load_n(&c->sig[0], __ATOMIC_SEQ_CST) == out[0];
+static int read_signature(const chorus_shm_ctl_t* c, uint64_t out[CHORUS_SIG_WORDS]) {
+  out[0] = __atomic_load_n(&c->sig[0], __ATOMIC_ACQUIRE);
+  for (int i = 1; i < CHORUS_SIG_WORDS; i++) out[i] = __atomic_load_n(&c->sig[i], __ATOMIC_ACQUIRE);
+  return out[0] != 0 && __atomic_load_n(&c->sig[0], __ATOMIC_ACQUIRE) == out[0];
 }
 
 static void describe_signature(const uint64_t* sig, char* out, size_t len) {
@@ -254,47 +253,79 @@ static void describe_signature(const uint64_t* sig, char* out, size_t len) {
   const char* op = chorus_op_name((chorus_op_t)((sig[1] >> 16) & 0xff));
   snprintf(out, len, "%s #%llu (count %llu, %s, %s, root %d)", chorus__coll_name(coll),
            (unsigned long long)(sig[0] - 1), (unsigned long long)sig[2], dt ? dt : "?", op ? op : "?",
-           (int)(uint32_t)sig[3]);
+           (int)(uint32_t)(sig[1] >> 32));
 }
 
 /* 1 (and *st = ERR_MISMATCH with a sentence) when rank publishes another operation under this
  * task's sequence number. */
 static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_t* c, chorus_status_t* st) {
-  uint64_t mine[6], theirs[6];
-  signature_of(t, mine);
-  if (!read_signature(c, theirs) || theirs[0] != mine[0] || memcmp(mine, theirs, sizeof(mine)) == 0) return 0;
+  const uint64_t* mine = t->sig;
+  uint64_t theirs[CHORUS_SIG_WORDS];
+  if (!read_signature(c, theirs) || theirs[0] != mine[0] || memcmp(mine, theirs, sizeof(theirs)) == 0) return 0;
   char a[160], b[160];
   describe_signature(theirs, a, sizeof(a));
   describe_signature(mine, b, sizeof(b));
-  const char* why = theirs[4] != mine[4] ? " (or another algorithm)"
-                    : (theirs[5] >> 56) != (mine[5] >> 56) ? " (registered memory on one side only)" : "";
+  const char* why = theirs[3] != mine[3] ? " (or another algorithm)"
+                    : (theirs[4] >> 56) != (mine[4] >> 56) ? " (registered memory on one side only)" : "";
   snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs %s, this rank runs %s%s", rank,
            a, b, why);
   *st = CHORUS_ERR_MISMATCH;
   return 1;
 }
 
-int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st) {
-  chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
-  int reached = __atomic_load_n(&c->flag[f], __ATOMIC_ACQUIRE) >= want;
-  /* A peer that runs another operation under this sequence number would never set the flag,
-   * or would have set it for other data. */
-  if (signature_conflicts(t, rank, c, st)) return 0;
+/* The closed-peer and mismatch checks of a wait; `reached` says the awaited data is there,
+ * which calls for the signature check before it is used. */
+static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* st) {
+  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+  /* A peer that runs another operation under this sequence number would never publish, or
+   * would publish other data: check before using its data, and now and then while waiting
+   * (often enough to fail fast, rarely enough to keep polling cheap). */
+  if ((reached || (++t->polls & 63) == 0) && signature_conflicts(t, rank, c, st)) return 0;
   if (reached) return 1;
   const chorus_peer_t* p = &tp_of(t)->peers[rank];
   if (p->nsocks && p->socks[0].peer_closed) {
+    /* A peer that found a mismatch closes its connections: say mismatch, as it does. */
+    if (signature_conflicts(t, rank, c, st)) return 0;
     snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a shared-memory %s",
              rank, p->host, chorus__coll_name(t->args.coll));
     *st = CHORUS_ERR_REMOTE;
+    return 0;
   }
-  return 0;
+  return 1;
 }
+
+int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st) {
+  int reached = __atomic_load_n(&chorus__conn_shm_ctl(t, rank)->flag[f], __ATOMIC_SEQ_CST) >= want;
+  return peer_check(t, rank, reached, st) && reached;
+}
+
+int chorus__conn_shm_peer_ok(chorus_task_t* t, int rank, chorus_status_t* st) {
+  return peer_check(t, rank, 0, st);
+}
+
+chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int rank) {
+  chorus_status_t st = CHORUS_OK;
+  if (!signature_conflicts(t, rank, chorus__conn_shm_ctl(t, rank), &st))
+    snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs another operation than this rank's %s #%llu",
+             rank, chorus__coll_name(t->args.coll), (unsigned long long)t->seq);
+  return CHORUS_ERR_MISMATCH;
+}
+
+uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int rank, int which) {
+  return chorus__conn_shm_ctl(t, rank)->ll[which];
+}
+
+uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t) { return &tp_of(t)->shm_ll_last; }
 
 /* ---- zero-copy on registered memory ---- */
 
 int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_bytes, const void* recv,
                              size_t recv_bytes) {
   chorus_window_t* list = tp_of(t)->windows;
+  if (!list) { /* nothing registered: the common case, answered at once */
+    t->variant = 0;
+    return 0;
+  }
   size_t soff = 0, roff = 0;
   chorus_window_t* sw = send_bytes ? chorus__window_find(list, send, send_bytes, &soff) : NULL;
   chorus_window_t* rw = recv_bytes ? chorus__window_find(list, recv, recv_bytes, &roff) : NULL;
@@ -327,13 +358,12 @@ char* chorus__conn_zc_recv(chorus_task_t* t, int rank) { return zc_peer(t, rank,
 void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen) {
   out[0] = '\0';
   if (!chorus__conn_shm_avail(t)) return;
-  uint64_t mine[6];
-  signature_of(t, mine);
+  const uint64_t* mine = t->sig;
   size_t len = 0;
   int behind = 0;
   for (int r = 0; r < t->nranks && len + 160 < outlen; r++) {
     if (r == t->rank) continue;
-    uint64_t theirs[6];
+    uint64_t theirs[CHORUS_SIG_WORDS];
     const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, r);
     for (int tries = 0; tries < 100 && !read_signature(c, theirs); tries++) {
     }
@@ -362,7 +392,7 @@ static void local_indexes(const chorus_comm_t* comm, int* idx) {
 static int status_from_signature(const chorus_transport_t* tp, int rank, int idx, chorus_frame_hdr_t* h) {
   if (idx < 0 || rank == tp->rank) return 0;
   const chorus_shm_ctl_t* c = chorus__shm_ctl(&tp->shm, idx);
-  uint64_t sig[6] = {0};
+  uint64_t sig[CHORUS_SIG_WORDS] = {0};
   int ok = 0, zero = 0;
   for (int tries = 0; tries < 100 && !ok; tries++) {
     ok = read_signature(c, sig);
@@ -379,7 +409,7 @@ static int status_from_signature(const chorus_transport_t* tp, int rank, int idx
   h->coll = (uint8_t)(sig[1] & 0xff);
   h->dtype = (uint8_t)((sig[1] >> 8) & 0xff);
   h->op = (uint8_t)((sig[1] >> 16) & 0xff);
-  h->root = (int32_t)(uint32_t)sig[3];
+  h->root = (int32_t)(uint32_t)(sig[1] >> 32);
   h->count = sig[2];
   return 1;
 }

@@ -66,6 +66,15 @@ void chorus__conn_shm_signal(chorus_task_t* t);
 /* 1 when rank's flag[f] >= want. Fails the task with ERR_REMOTE when rank died first, and with
  * ERR_MISMATCH when rank runs another operation under this sequence number. */
 int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st);
+/* 0 and *st < 0 when rank can no longer take part (it died, or runs another operation under
+ * this sequence number: checked now and then); 1 otherwise. For waits on other than flags. */
+int chorus__conn_shm_peer_ok(chorus_task_t* t, int rank, chorus_status_t* st);
+/* ERR_MISMATCH, with both calls named when rank's signature still shows its call. */
+chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int rank);
+/* Rank's LL buffer for operations of parity `which` (see shm.h); the id of the last LL
+ * operation this rank completed (read and written by the LL algorithms). */
+uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int rank, int which);
+uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t);
 /* Publishes flag f = value for this rank (release) and signals. */
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value);
 /* Zero-copy: 1 when this rank's buffers for the task (NULL/0 for one it does not use) lie in

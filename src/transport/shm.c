@@ -10,6 +10,7 @@
 #include "transport/shm.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -39,7 +40,10 @@ typedef struct {
   char pad[LINE - 32];
 } seg_header_t;
 
-_Static_assert(sizeof(chorus_shm_ctl_t) == 3 * LINE, "control block is three cache lines");
+_Static_assert(offsetof(chorus_shm_ctl_t, ll) == 2 * LINE, "LL buffers start on the third line");
+_Static_assert(sizeof(chorus_shm_ctl_t) % LINE == 0, "control blocks are whole cache lines");
+_Static_assert(CHORUS_SHM_LL_WORDS * 8 % LINE == 0, "LL buffers are whole cache lines");
+_Static_assert(offsetof(chorus_shm_ctl_t, zc) == LINE, "flags and signature fill the first line");
 
 static size_t ring_stride(size_t ring_bytes) { return sizeof(chorus_shm_ring_t) + ring_bytes; }
 
@@ -53,9 +57,10 @@ size_t chorus__shm_seg_bytes(int nlocal, size_t ring_bytes, size_t slot_bytes) {
   return rings_end(nlocal, ring_bytes) + (size_t)nlocal * area_stride(slot_bytes);
 }
 
-chorus_shm_ctl_t* chorus__shm_ctl(const chorus_shm_seg_t* seg, int local) {
-  char* areas = (char*)seg->base + rings_end(seg->nlocal, seg->ring_bytes);
-  return (chorus_shm_ctl_t*)(areas + (size_t)local * area_stride(seg->slot_bytes));
+/* Where the per-rank areas are, once the geometry is known (the hot paths only add). */
+static void locate_areas(chorus_shm_seg_t* seg) {
+  seg->areas = (char*)seg->base + rings_end(seg->nlocal, seg->ring_bytes);
+  seg->area_bytes = area_stride(seg->slot_bytes);
 }
 
 char* chorus__shm_slot(const chorus_shm_seg_t* seg, int local, int which) {
@@ -111,6 +116,7 @@ chorus_status_t chorus__shm_create(char* name, size_t namelen, int nlocal, size_
   seg->my_local = 0;
   seg->ring_bytes = ring_bytes;
   seg->slot_bytes = slot_bytes;
+  locate_areas(seg);
   seg_header_t* h = seg->base;
   h->nlocal = (uint32_t)nlocal;
   h->ring_bytes = ring_bytes;
@@ -157,6 +163,7 @@ chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, c
   seg->my_local = my_local;
   seg->ring_bytes = h->ring_bytes;
   seg->slot_bytes = h->slot_bytes;
+  locate_areas(seg);
   return CHORUS_OK;
 }
 
@@ -168,9 +175,11 @@ void chorus__shm_detach(chorus_shm_seg_t* seg) {
 
 /* ---- rings ---- */
 
+/* Head and tail are sequentially consistent: see chorus__shm_bell_ring. */
+
 size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const struct iovec* iov, int niov) {
   uint64_t head = r->head; /* only this side writes head */
-  uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+  uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST);
   size_t space = ring_bytes - (size_t)(head - tail), written = 0;
   for (int i = 0; i < niov && space > 0; i++) {
     const char* src = iov[i].iov_base;
@@ -184,13 +193,13 @@ size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const str
     written += len;
     if (len < iov[i].iov_len) break;
   }
-  if (written) __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
+  if (written) __atomic_store_n(&r->head, head, __ATOMIC_SEQ_CST);
   return written;
 }
 
 size_t chorus__shm_ring_read(chorus_shm_ring_t* r, size_t ring_bytes, void* buf, size_t len) {
   uint64_t tail = r->tail; /* only this side writes tail */
-  uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+  uint64_t head = __atomic_load_n(&r->head, __ATOMIC_SEQ_CST);
   size_t avail = (size_t)(head - tail);
   if (len > avail) len = avail;
   if (!len) return 0;
@@ -198,20 +207,25 @@ size_t chorus__shm_ring_read(chorus_shm_ring_t* r, size_t ring_bytes, void* buf,
   size_t first = len < ring_bytes - pos ? len : ring_bytes - pos;
   memcpy(buf, r->data + pos, first);
   if (len > first) memcpy((char*)buf + first, r->data, len - first);
-  __atomic_store_n(&r->tail, tail + len, __ATOMIC_RELEASE);
+  __atomic_store_n(&r->tail, tail + len, __ATOMIC_SEQ_CST);
   return len;
 }
 
 int chorus__shm_ring_empty(const chorus_shm_ring_t* r) {
-  return __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) == r->tail;
+  return __atomic_load_n(&r->head, __ATOMIC_SEQ_CST) == r->tail;
 }
 
 /* ---- doorbells ---- */
 
+/* Whoever gives a rank something to do stores it sequentially consistent (flags, ring heads and
+ * tails), then rings: only a rank that said it sleeps is worth a write to its bell. Either the
+ * sleeper's recheck after arming sees the store, or this load sees `sleeping` and bumps seq,
+ * which the futex wait (on the value read when arming) notices. A rank that polls costs its
+ * peers no write to a shared line. */
 void chorus__shm_bell_ring(chorus_shm_bell_t* bell) {
+  if (!__atomic_load_n(&bell->sleeping, __ATOMIC_SEQ_CST)) return;
   __atomic_add_fetch(&bell->seq, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&bell->sleeping, __ATOMIC_SEQ_CST))
-    syscall(SYS_futex, &bell->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+  syscall(SYS_futex, &bell->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 /* Returns the value to wait on; the caller re-checks its rings after this and before waiting,
@@ -232,5 +246,5 @@ void chorus__shm_bell_disarm(chorus_shm_bell_t* bell) {
 }
 
 size_t chorus__shm_ring_space(const chorus_shm_ring_t* r, size_t ring_bytes) {
-  return ring_bytes - (size_t)(r->head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE));
+  return ring_bytes - (size_t)(r->head - __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST));
 }

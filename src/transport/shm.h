@@ -25,14 +25,24 @@ typedef struct {
 
 /* Per local rank, for memory-semantics collectives: counters only the owner writes, and the
  * signature of the operation it is running (checked by the others before they touch its
- * data, so mismatched calls are detected). */
+ * data, so mismatched calls are detected). Flags and signature share one cache line: a peer
+ * that sees a flag move has the signature to check in the same miss. */
+/* Low-latency (LL) buffers: small payloads travel as 8-byte words of 4 data bytes and a 4-byte
+ * flag naming the operation, so a reader that sees every flag has the data in the same cache
+ * lines, with no separate flag to wait for. Two signature words, then up to 8 data words: the
+ * format doubles the lines to move, which costs more than the saved flag miss from 64 bytes on
+ * (measured: docs/compare.md). */
+#define CHORUS_SHM_LL_SIG_WORDS 2
+#define CHORUS_SHM_LL_MAX_BYTES 32
+#define CHORUS_SHM_LL_WORDS 16 /* two cache lines */
+_Static_assert(CHORUS_SHM_LL_SIG_WORDS + CHORUS_SHM_LL_MAX_BYTES / 4 <= CHORUS_SHM_LL_WORDS, "LL buffer too small");
+
 typedef struct {
-  uint64_t flag[4];
-  char pad1[32];
-  uint64_t sig[6];
-  char pad2[16];
+  uint64_t flag[3];
+  uint64_t sig[5];
   uint64_t zc[4]; /* zero-copy operations: send window + offset, receive window + offset */
-  char pad3[32];
+  char pad[32];
+  uint64_t ll[2][CHORUS_SHM_LL_WORDS]; /* by operation id parity */
 } chorus_shm_ctl_t;
 
 /* The mapping of one host's segment, held by each local rank. */
@@ -43,12 +53,16 @@ typedef struct {
   int my_local;
   size_t ring_bytes;
   size_t slot_bytes; /* each local rank owns two slots of this size */
+  char* areas;       /* local rank r's control block and slots start at areas + r * area_bytes */
+  size_t area_bytes;
 } chorus_shm_seg_t;
 
 /* Ring of the ordered pair (from -> to), local indices. */
 chorus_shm_ring_t* chorus__shm_ring(const chorus_shm_seg_t* seg, int from, int to);
 chorus_shm_bell_t* chorus__shm_bell(const chorus_shm_seg_t* seg, int local);
-chorus_shm_ctl_t* chorus__shm_ctl(const chorus_shm_seg_t* seg, int local);
+static inline chorus_shm_ctl_t* chorus__shm_ctl(const chorus_shm_seg_t* seg, int local) {
+  return (chorus_shm_ctl_t*)(seg->areas + (size_t)local * seg->area_bytes);
+}
 char* chorus__shm_slot(const chorus_shm_seg_t* seg, int local, int which);
 
 /* Segment size for nlocal ranks with rings of ring_bytes and slots of slot_bytes. */

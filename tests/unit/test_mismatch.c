@@ -9,7 +9,9 @@
 #include "test.h"
 
 typedef struct {
-  int kind; /* 0: counts differ; 1: allreduce vs broadcast; 2: dtypes differ; 3: roots differ */
+  int kind; /* 0: counts differ; 1: allreduce vs broadcast; 2: dtypes differ; 3: roots differ;
+             * 4: small counts differ (low-latency buffers on both sides); 5: a small count
+             * against a large one (low-latency buffers against slots) */
 } case_t;
 
 static int body(chorus_comm_t* c, int rank, void* arg) {
@@ -25,6 +27,8 @@ static int body(chorus_comm_t* c, int rank, void* arg) {
                 : chorus_allreduce(in, out, 1000, CHORUS_FLOAT32, CHORUS_SUM, c);
       break;
     case 2: st = chorus_allreduce(in, out, 1000, rank ? CHORUS_INT32 : CHORUS_FLOAT32, CHORUS_SUM, c); break;
+    case 4: st = chorus_allreduce(in, out, rank ? 12 : 10, CHORUS_FLOAT32, CHORUS_SUM, c); break;
+    case 5: st = chorus_allreduce(in, out, rank ? 3000 : 10, CHORUS_FLOAT32, CHORUS_SUM, c); break;
     default:
       /* Both ranks think they are the root: nobody receives anything. Shared memory catches it
        * in the call; over TCP the next call reads the other root's stale frame. */
@@ -46,7 +50,7 @@ static int body(chorus_comm_t* c, int rank, void* arg) {
 static void run_all_kinds(void) {
   chorus_config_t cfg = CHORUS_CONFIG_INIT;
   cfg.timeout_sec = 20;
-  for (int kind = 0; kind < 4; kind++) {
+  for (int kind = 0; kind < 6; kind++) {
     case_t k = {kind};
     test_set_context("kind %d", kind);
     ASSERT_EQ(run_ranks_cfg(2, &cfg, body, &k), 0);

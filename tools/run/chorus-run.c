@@ -15,6 +15,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,6 +62,9 @@ static const char kHelp[] =
     "  --term-delay SEC  when a rank fails, give the other ranks SEC seconds to end by\n"
     "                    themselves (e.g. to report the error their communicator raised) before\n"
     "                    they get SIGTERM (default 2; 0: at once)\n"
+    "  --bind core|none  core: pin rank r to the r-th CPU chorus-run may use, so that spinning\n"
+    "                    ranks do not share a core or migrate (like mpirun's --bind-to core);\n"
+    "                    the default when N is at most the number of those CPUs, else none\n"
     "  -x VAR=VAL        set VAR=VAL in every rank (repeatable; wins over every variable below)\n"
     "  -h, --help        show this text\n"
     "Options must come before prog; `--` ends them.\n"
@@ -126,6 +130,8 @@ typedef struct {
   double drain_until; /* set when the last rank is reaped */
   int out_broken[3];  /* writing to fd 1/2 failed (e.g. EPIPE): discard further output */
   char* scratch;      /* assembles prefixed lines for one write() */
+  int* cpus;          /* --bind core: the CPUs rank r % ncpus is pinned to */
+  int ncpus;          /* 0: ranks are not bound */
 } job_t;
 
 /* ---- small helpers ---- */
@@ -208,12 +214,13 @@ static void add_set_var(options_t* o, char* assignment) {
 }
 
 static void parse_options(int argc, char** argv, options_t* o) {
-  enum { OPT_PREFIX = 256, OPT_TIMEOUT, OPT_GRACE, OPT_TERM_DELAY };
+  enum { OPT_PREFIX = 256, OPT_TIMEOUT, OPT_GRACE, OPT_TERM_DELAY, OPT_BIND };
   static const struct option longopts[] = {
       {"prefix", no_argument, NULL, OPT_PREFIX},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"grace", required_argument, NULL, OPT_GRACE},
       {"term-delay", required_argument, NULL, OPT_TERM_DELAY},
+      {"bind", required_argument, NULL, OPT_BIND},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
@@ -236,6 +243,11 @@ static void parse_options(int argc, char** argv, options_t* o) {
       case OPT_TIMEOUT: o->timeout_sec = parse_seconds("--timeout", optarg, 0); break;
       case OPT_GRACE: o->grace_sec = parse_seconds("--grace", optarg, 1); break;
       case OPT_TERM_DELAY: o->term_delay_sec = parse_seconds("--term-delay", optarg, 1); break;
+      case OPT_BIND:
+        if (strcmp(optarg, "core") == 0) o->bind = BIND_CORE;
+        else if (strcmp(optarg, "none") == 0) o->bind = BIND_NONE;
+        else usage_error("--bind needs core or none, got '%s'", optarg);
+        break;
       case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
       default:
         if (optopt && optopt < 256) usage_error("unknown option '-%c'", optopt);
@@ -292,9 +304,23 @@ static void kill_ranks_now(job_t* job) {
 
 /* ---- launching ---- */
 
+/* --bind: the CPUs chorus-run may run on, in order, when the ranks are to be pinned. Auto pins
+ * only when every rank gets a CPU of its own: oversubscribed ranks must be free to move. */
+static void choose_cpus(job_t* job) {
+  if (job->opt.bind == BIND_NONE) return;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  int n = CPU_COUNT(&allowed);
+  if (n <= 0 || (job->opt.bind == BIND_AUTO && job->opt.nranks > n)) return;
+  job->cpus = calloc((size_t)n, sizeof *job->cpus);
+  if (!job->cpus) return;
+  for (int cpu = 0; cpu < CPU_SETSIZE && job->ncpus < n; cpu++)
+    if (CPU_ISSET(cpu, &allowed)) job->cpus[job->ncpus++] = cpu;
+}
+
 /* Runs in the child between fork and exec. chorus-run has a single thread, so this is safe
  * even though execvpe may allocate while searching PATH. Never returns. */
-static void exec_rank(const job_t* job, const rank_env_t* env, pid_t parent, int status_wr,
+static void exec_rank(const job_t* job, const rank_env_t* env, int rank, pid_t parent, int status_wr,
                       int out_wr, int err_wr) {
   setpgid(0, 0); /* see the help text: terminal signals reach chorus-run only */
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(EXIT_CANNOT_EXEC);
@@ -305,6 +331,12 @@ static void exec_rank(const job_t* job, const rank_env_t* env, pid_t parent, int
   if (devnull >= 0 && devnull != STDIN_FILENO) {
     dup2(devnull, STDIN_FILENO);
     close(devnull);
+  }
+  if (job->ncpus > 0) { /* --bind core */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(job->cpus[rank % job->ncpus], &one);
+    sched_setaffinity(0, sizeof one, &one); /* a failure leaves the rank unbound, no worse */
   }
   if (out_wr >= 0) dup2(out_wr, STDOUT_FILENO); /* dup2 clears O_CLOEXEC on the copy */
   if (err_wr >= 0) dup2(err_wr, STDERR_FILENO);
@@ -349,7 +381,7 @@ static int launch_rank(job_t* job, rank_env_t* env, int r) {
   set_rank_vars(env, r, job->opt.nranks);
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid == 0) exec_rank(job, env, parent, status_pipe[1], out_pipe[1], err_pipe[1]);
+  if (pid == 0) exec_rank(job, env, r, parent, status_pipe[1], out_pipe[1], err_pipe[1]);
   int fork_errno = errno;
   close(status_pipe[1]);
   if (job->opt.prefix) close(out_pipe[1]), close(err_pipe[1]);
@@ -692,12 +724,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (job.opt.timeout_sec > 0) job.deadline = now_sec() + job.opt.timeout_sec;
+  choose_cpus(&job);
   launch_all(&job, &env);
   run_loop(&job, &ps);
   free_poll_set(&ps);
   free(env.envp);
   free(job.ranks);
   free(job.scratch);
+  free(job.cpus);
   free(job.opt.set_vars);
   close(job.sig_fd);
   return finish(&job);

@@ -17,10 +17,13 @@ typedef struct {
   double timeout_sec;    /* 0: no timeout */
   double grace_sec;      /* between SIGTERM and SIGKILL */
   double term_delay_sec; /* between a rank failure and SIGTERM to the others */
+  int bind;              /* BIND_AUTO, BIND_CORE or BIND_NONE (--bind) */
   char** set_vars;       /* -x VAR=VAL, in command-line order */
   int nset_vars;
   char** prog_argv;      /* NULL-terminated, points into argv */
 } options_t;
+
+enum { BIND_AUTO, BIND_CORE, BIND_NONE };
 
 /* ---- environment of the ranks ---- */
 

@@ -67,8 +67,9 @@ static inline void chorus__shm_slice(size_t m, int n, int r, size_t* off, size_t
 /* Allocates the op state, cutting `elems` elements into chunks of at most chunk_elems, and
  * reserves the chunk ids. Every rank computes the same chunking, so ids agree. */
 static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems, size_t chunk_elems) {
-  chorus_shm_op_t* s = calloc(1, sizeof(*s));
-  if (!s) return CHORUS_ERR_NO_MEMORY;
+  _Static_assert(sizeof(chorus_shm_op_t) <= sizeof(t->state_space), "shm op state fits in the task");
+  chorus_shm_op_t* s = (chorus_shm_op_t*)t->state_space;
+  memset(s, 0, sizeof(*s));
   s->chunk_elems = chunk_elems ? chunk_elems : 1;
   s->nchunks = chorus__div_up(elems, s->chunk_elems);
   s->base = chorus__conn_shm_next_ids(t, s->nchunks);
@@ -78,8 +79,7 @@ static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems
 }
 
 static inline void chorus__shm_op_fini(chorus_task_t* t) {
-  free(t->state);
-  t->state = NULL;
+  t->state = NULL; /* it lives in t->state_space */
 }
 
 /* Elements of chunk k (the last one may be short). */
