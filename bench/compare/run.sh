@@ -11,13 +11,14 @@ REPO=$(cd "$HERE/../.." && pwd)
 BUILD_DIR=${CHORUS_COMPARE_BUILD_DIR:-$REPO/build-compare}
 PYTHON=/usr/bin/python3
 ALL_COLLS="allreduce reduce_scatter allgather broadcast alltoall"
-ALL_LIBS="chorus openmpi mpich gloo"
+ALL_LIBS="chorus chorus_reg openmpi mpich gloo"
+DEFAULT_LIBS="chorus openmpi mpich gloo"
 
 out_dir=/tmp/chorus-compare
 reps=""
 ranks_list="2 4"
 colls="$ALL_COLLS"
-libs="$ALL_LIBS"
+libs="$DEFAULT_LIBS"
 quick=0
 install=1
 build=1
@@ -31,7 +32,8 @@ usage: bench/compare/run.sh [options]
   --reps N           repetitions per library, run round-robin; medians over them [3; --quick: 2]
   --ranks "2 4"      numbers of ranks
   --colls "..."      collectives, of: $ALL_COLLS
-  --libs "..."       libraries, of: $ALL_LIBS
+  --libs "..."       libraries, of: $ALL_LIBS [$DEFAULT_LIBS]
+                     (chorus_reg: Chorus on buffers from chorus_mem_alloc, chorus-perf -R 1)
   --quick            smoke test: fewer iterations, bandwidth sizes up to 16 MiB only
   --timeout-sec S    bound on each single benchmark run [600; --quick: 240]
   --no-install       do not apt-get install missing packages (a missing library is skipped)
@@ -120,7 +122,7 @@ available_libs() {
   local l kept=""
   for l in $libs; do
     case $l in
-      chorus) [ -x "$BUILD_DIR/chorus-perf" ] && [ -x "$BUILD_DIR/chorus-run" ] && kept+=" $l" || echo "run.sh: no chorus-perf in $BUILD_DIR: Chorus skipped" >&2 ;;
+      chorus|chorus_reg) [ -x "$BUILD_DIR/chorus-perf" ] && [ -x "$BUILD_DIR/chorus-run" ] && kept+=" $l" || echo "run.sh: no chorus-perf in $BUILD_DIR: Chorus skipped" >&2 ;;
       openmpi|mpich)
         [ -x "$BUILD_DIR/compare/mpi_perf_$l" ] && command -v "mpirun.$l" >/dev/null && kept+=" $l" ||
           echo "run.sh: no mpi_perf_$l or mpirun.$l: $l skipped" >&2 ;;
@@ -137,7 +139,7 @@ cores=$(nproc)
 # Flags of one sweep ("lat" or "bw"), the same for every library.
 sweep_flags() {
   case "$1.$quick" in
-    lat.0) echo "-b 8 -e 64K -f 2 -n 200 -w 20 -c 1 -d float32" ;;
+    lat.0) echo "-b 8 -e 64K -f 2 -n 2000 -w 200 -c 1 -d float32" ;;
     lat.1) echo "-b 8 -e 64K -f 2 -n 20 -w 3 -c 1 -d float32" ;;
     bw.0) echo "-b 1M -e 256M -f 16 -n 20 -w 5 -c 1 -d float32" ;;
     bw.1) echo "-b 1M -e 16M -f 16 -n 5 -w 2 -c 1 -d float32" ;;
@@ -150,6 +152,8 @@ run_command() {
   case $lib in
     chorus)
       echo "$BUILD_DIR/chorus-run --timeout $run_timeout_sec -n $nranks $BUILD_DIR/chorus-perf $coll $flags" ;;
+    chorus_reg) # the buffers come from chorus_mem_alloc: the zero-copy paths
+      echo "$BUILD_DIR/chorus-run --timeout $run_timeout_sec -n $nranks $BUILD_DIR/chorus-perf $coll $flags -R 1" ;;
     openmpi)
       # Shared memory (vader) only, launcher traffic on loopback; yield when oversubscribed.
       local yield=""

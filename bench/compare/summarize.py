@@ -11,8 +11,9 @@ import os
 import statistics
 import sys
 
-LIBS = ("chorus", "openmpi", "mpich", "gloo")
-LIB_NAMES = {"chorus": "Chorus", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo"}
+LIBS = ("chorus", "chorus_reg", "openmpi", "mpich", "gloo")
+LIB_NAMES = {"chorus": "Chorus", "chorus_reg": "Chorus, registered buffers", "openmpi": "Open MPI",
+             "mpich": "MPICH", "gloo": "Gloo"}
 MPIS = ("openmpi", "mpich")
 COLLS = ("allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall")
 LATENCY_SIZES = (8, 1 << 10, 64 << 10)
@@ -139,10 +140,10 @@ class Table:
             text += " WRONG"
         return text
 
-    def ratio_cell(self, size):
+    def ratio_cell(self, size, mine="chorus"):
         if self.placeholder:
             return "pending"
-        chorus, chorus_size = self.value("chorus", size)
+        chorus, chorus_size = self.value(mine, size)
         best = None
         for lib in self.anchors:
             number, shown = self.value(lib, size)
@@ -164,8 +165,9 @@ class Table:
                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for lib in self.libs:
             lines.append("| %s | %s |" % (LIB_NAMES[lib], " | ".join(self.cell(lib, s) for s in sizes)))
-        if "chorus" in self.libs:
-            lines.append("| Chorus vs best MPI | %s |" % " | ".join(self.ratio_cell(s) for s in sizes))
+        for mine in ("chorus", "chorus_reg"):
+            if mine in self.libs:
+                lines.append("| %s vs best MPI | %s |" % (LIB_NAMES[mine], " | ".join(self.ratio_cell(s, mine) for s in sizes)))
         for lib in self.libs:
             for note in sorted(self.status.get((self.nranks, self.coll, lib), ())):
                 lines.append("")
