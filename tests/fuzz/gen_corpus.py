@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """gen_corpus.py - writes the seed corpus of the fuzz targets: valid messages and edge cases
 for each, in the input layouts the targets document (fuzz_frame.c, fuzz_hello.c,
-fuzz_store.c). Deterministic: rerunning rewrites the same files. The constants (communicator
+fuzz_status.c, fuzz_store.c). Deterministic: rerunning rewrites the same files. The constants (communicator
 ids, secrets, the canonical frame) must match the targets'.
 
 Usage: /usr/bin/python3 tests/fuzz/gen_corpus.py [OUTDIR]   (default: tests/fuzz/corpus)
@@ -80,6 +80,78 @@ def hello_cases():
         "sock_index_eq_nsocks": bytes([0, 1, 1, 0]) + hello(1, 2, 2),
         "sock_index_max": bytes([0, 1, 3, 0]) + hello(1, 2, 0xFFFF),
         "truncated": bytes([0, 1, 0, 0]) + hello(1, 2)[:17],
+    }
+    return cases
+
+
+# ---- fuzz_status: [nranks - 2][rank][sender selector][host bits 4 LE, 2 per rank][header 48] ----
+STATUS_MAGIC = 0x43485354
+ABORT_MAGIC = 0x43484142
+STATUS_COMM = 0x5A7E5CA1AB1E0C0D
+ASK, SECONDHAND, IN_CALL = 0x01000000, 0x02000000, 0x04000000
+# Host indices of fuzz_status.c's kHosts: "node-a", "node-b", "node-ab" (a longer name with
+# node-a's as prefix), and a 63-character name that fills the field.
+NODE_A, NODE_B, NODE_AB, NODE_LONG = 0, 1, 2, 3
+
+
+def status_hdr(subject, flags=0, seq=12, nbytes=11, magic=STATUS_MAGIC, version=1,
+               comm_id=STATUS_COMM, coll=0, dtype=8, op=0, root=0, count=1024):
+    return frame(magic=magic, version=version, coll=coll, dtype=dtype, op=op, root=root,
+                 tag=(subject | flags) & 0xFFFFFFFF, comm_id=comm_id, seq=seq, count=count,
+                 nbytes=nbytes)
+
+
+def status_input(hosts, rank, sender, hdr):
+    """hosts: the host index of each rank (len = nranks, 2..16); sender != rank."""
+    n = len(hosts)
+    assert 2 <= n <= 16 and 0 <= rank < n and 0 <= sender < n and sender != rank
+    bits = sum(h << (2 * r) for r, h in enumerate(hosts))
+    return bytes([n - 2, rank, (sender - rank - 1) % n]) + struct.pack("<I", bits) + hdr
+
+
+def status_cases():
+    # 4 ranks on two hosts: 0 and 1 on node-a, 2 and 3 on node-b.
+    two_hosts = [NODE_A, NODE_A, NODE_B, NODE_B]
+    mixed = [NODE_A, NODE_AB, NODE_A, NODE_LONG, NODE_LONG, NODE_B]
+    cases = {
+        # First hand (the sender about itself).
+        "first_in_call": status_input(two_hosts, 0, 2, status_hdr(2, IN_CALL)),
+        "first_ask": status_input(two_hosts, 0, 2, status_hdr(2, ASK | IN_CALL)),
+        "first_ask_nothing_posted": status_input(two_hosts, 1, 0, status_hdr(0, ASK, seq=0, nbytes=0)),
+        "first_idle_all_done": status_input(two_hosts, 3, 1, status_hdr(1, 0, seq=12, nbytes=12)),
+        "first_seq_max": status_input(two_hosts, 3, 1, status_hdr(1, 0, seq=2**64 - 1, nbytes=2**64 - 1)),
+        "first_done_gt_posted": status_input(two_hosts, 0, 2, status_hdr(2, IN_CALL, seq=12, nbytes=13)),
+        "first_about_other": status_input(two_hosts, 0, 2, status_hdr(3)),
+        "first_about_me": status_input(two_hosts, 0, 2, status_hdr(0)),
+        # Second hand (another rank of the sender's host).
+        "second_valid": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND, seq=12, nbytes=0)),
+        "second_never_published": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND, seq=0, nbytes=0, count=0)),
+        "second_other_host": status_input(two_hosts, 0, 2, status_hdr(1, SECONDHAND, nbytes=0)),
+        "second_about_sender": status_input(two_hosts, 0, 2, status_hdr(2, SECONDHAND, nbytes=0)),
+        "second_about_me_same_host": status_input(two_hosts, 0, 1, status_hdr(0, SECONDHAND, nbytes=0)),
+        "first_same_host_as_me": status_input(two_hosts, 0, 1, status_hdr(1, 0)),
+        "second_with_ask": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND | ASK, nbytes=0)),
+        "second_with_in_call": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND | IN_CALL, nbytes=0)),
+        "second_prefix_host": status_input(mixed, 5, 0, status_hdr(1, SECONDHAND, nbytes=0)),
+        "second_prefix_host_same": status_input(mixed, 5, 0, status_hdr(2, SECONDHAND, nbytes=0)),
+        "second_long_host": status_input(mixed, 0, 3, status_hdr(4, SECONDHAND, nbytes=0)),
+        "second_16_ranks": status_input([NODE_B] * 8 + [NODE_LONG] * 8, 15, 8,
+                                        status_hdr(14, SECONDHAND, seq=99, nbytes=0)),
+        "second_2_ranks_one_host": status_input([NODE_A, NODE_A], 0, 1, status_hdr(0, SECONDHAND, nbytes=0)),
+        # Subject rank and flags.
+        "subject_eq_nranks": status_input(two_hosts, 0, 2, status_hdr(4, SECONDHAND, nbytes=0)),
+        "subject_mask_max": status_input(two_hosts, 0, 2, status_hdr(0xFFFFFF, SECONDHAND, nbytes=0)),
+        "subject_16_first": status_input([NODE_A] * 16, 0, 15, status_hdr(15, IN_CALL)),
+        "unknown_flag": status_input(two_hosts, 0, 2, status_hdr(2, 0x08000000)),
+        "all_flag_bits": status_input(two_hosts, 0, 2, status_hdr(2, 0xFF000000)),
+        # Not a status frame of this communicator.
+        "data_frame_magic": status_input(two_hosts, 0, 2, status_hdr(2, magic=FRAME_MAGIC)),
+        "abort_magic": status_input(two_hosts, 0, 2, status_hdr(2, magic=ABORT_MAGIC)),
+        "other_version": status_input(two_hosts, 0, 2, status_hdr(2, version=2)),
+        "other_comm": status_input(two_hosts, 0, 2, status_hdr(2, comm_id=0x123456789ABCDEF0)),
+        # Short inputs: the rest comes from the valid first-hand status.
+        "prefix_only": bytes([2, 0, 1]) + struct.pack("<I", 0x5),
+        "truncated_header": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND, nbytes=0))[:19],
     }
     return cases
 
@@ -163,6 +235,7 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
     write_dir(root, "frame", frame_cases())
     write_dir(root, "hello", hello_cases())
+    write_dir(root, "status", status_cases())
     write_dir(root, "store", store_cases())
 
 
