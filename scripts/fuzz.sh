@@ -7,7 +7,7 @@
 set -u -o pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SECONDS_PER_TARGET=${1:-20}
-TARGETS=${CHORUS_FUZZ_TARGETS:-"frame hello store"}
+TARGETS=${CHORUS_FUZZ_TARGETS:-"frame hello status store"}
 BUILD=${CHORUS_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 
 case $SECONDS_PER_TARGET in

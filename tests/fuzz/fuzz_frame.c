@@ -38,6 +38,10 @@ static chorus_frame_hdr_t canonical_header(void) {
 
 /* The verdict the wire format (frame.h) prescribes, derived field by field. */
 static chorus_status_t oracle(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want) {
+  /* An abort frame of this communicator and version: the peer found a mismatch and says so. */
+  if (got->magic == CHORUS_FRAME_ABORT_MAGIC && got->version == CHORUS_PROTO_VERSION &&
+      got->comm_id == want->comm_id)
+    return CHORUS_ERR_MISMATCH;
   if (got->magic != CHORUS_FRAME_MAGIC || got->version != CHORUS_PROTO_VERSION ||
       got->comm_id != want->comm_id)
     return CHORUS_ERR_PROTOCOL;
