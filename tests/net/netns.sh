@@ -17,6 +17,21 @@ net_skip_unless_root() {
   fi
 }
 
+# net_test_begin [LINES]: what every namespace test starts with: skip unless root, a scratch
+# directory NET_TMP removed at exit together with the namespaces and ranks (net_cleanup), and
+# fail(), which prints the last LINES (default 5) lines of every rank's output and exits 1.
+net_test_begin() {
+  net_skip_unless_root
+  NET_TMP=$(mktemp -d)
+  NET_FAIL_LINES=${1:-5}
+  trap net_cleanup EXIT
+}
+fail() {
+  echo "FAIL: $*"
+  for f in "$NET_TMP"/*.out; do echo "--- $f"; tail -n "$NET_FAIL_LINES" "$f"; done
+  exit 1
+}
+
 net_ns() { echo "${NET_TAG}h$1"; }
 net_ip() { echo "$NET_SUBNET.$(($1 + 1))"; }
 

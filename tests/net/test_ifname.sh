@@ -6,10 +6,7 @@
 set -u
 DIAG=$1
 . "$(dirname "$0")/netns.sh"
-net_skip_unless_root
-NET_TMP=$(mktemp -d)
-trap net_cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$NET_TMP"/*.out; do echo "--- $f"; tail -5 "$f"; done; exit 1; }
+net_test_begin 5
 net_create 1 || fail "cannot create the namespace"
 
 # run_pair SPEC ADDR: two ranks in host 0 with CHORUS_SOCKET_IFNAME=SPEC and the store at ADDR.

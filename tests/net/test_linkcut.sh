@@ -6,10 +6,7 @@
 set -u
 LOOP=$1
 . "$(dirname "$0")/netns.sh"
-net_skip_unless_root
-NET_TMP=$(mktemp -d)
-trap net_cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$NET_TMP"/*.out; do echo "--- $f"; tail -5 "$f"; done; exit 1; }
+net_test_begin 5
 TIMEOUT_SEC=4
 
 net_create 2 || fail "cannot create the namespaces"

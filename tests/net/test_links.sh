@@ -7,10 +7,7 @@
 set -u
 DIAG=$1
 . "$(dirname "$0")/netns.sh"
-net_skip_unless_root
-NET_TMP=$(mktemp -d)
-trap net_cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$NET_TMP"/*.out; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+net_test_begin 20
 SLOW=3
 
 net_create 4 || fail "cannot create the namespaces"

@@ -6,10 +6,7 @@ set -u
 PERF=$1
 DIAG=$2
 . "$(dirname "$0")/netns.sh"
-net_skip_unless_root
-NET_TMP=$(mktemp -d)
-trap net_cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$NET_TMP"/*.out; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+net_test_begin 20
 
 net_create 2 || fail "cannot create the namespaces"
 net_shape 0 2gbit

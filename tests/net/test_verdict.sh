@@ -12,10 +12,7 @@
 set -u
 LOOP=$1
 . "$(dirname "$0")/netns.sh"
-net_skip_unless_root
-NET_TMP=$(mktemp -d)
-trap net_cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$NET_TMP"/*.out; do echo "--- $f"; tail -8 "$f"; done; exit 1; }
+net_test_begin 8
 TIMEOUT_SEC=3
 SKIP_IT=4
 SEQ=$((2 * SKIP_IT)) # each iteration is a data allreduce and a 1-element stop vote
