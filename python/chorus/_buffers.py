@@ -65,6 +65,9 @@ def _resolve_dtype(natural_name, itemsize, override, what):
     return natural_name
 
 
+_TORCH_DTYPE_NAMES = {}  # torch.dtype -> "float32", ...: str() of a dtype is slow
+
+
 def _from_torch(tensor, dtype, writable, what):
     if tensor.device.type != "cpu":
         raise ValueError(f"{what}: tensor is on {tensor.device}; chorus needs CPU tensors")
@@ -72,7 +75,9 @@ def _from_torch(tensor, dtype, writable, what):
         raise ValueError(f"{what}: tensor layout {tensor.layout} is not supported (need strided)")
     if not tensor.is_contiguous():
         raise ValueError(f"{what}: tensor must be contiguous (call .contiguous() first)")
-    natural = str(tensor.dtype).replace("torch.", "")
+    natural = _TORCH_DTYPE_NAMES.get(tensor.dtype)
+    if natural is None:
+        natural = _TORCH_DTYPE_NAMES[tensor.dtype] = str(tensor.dtype).replace("torch.", "")
     itemsize = tensor.element_size()
     name = _resolve_dtype(natural, itemsize, dtype, what)
     return Buffer(tensor, tensor.data_ptr(), tensor.numel(), name, itemsize)

@@ -33,9 +33,15 @@ _OPS = (
 )
 
 
+_OP_NAMES = {torch_op: name for torch_op, name in _OPS}  # RedOpType -> name: one lookup per call
+
+
 def reduce_op_name(op):
     """The Chorus op name for a torch ReduceOp (or RedOpType); ValueError for BAND, BOR, BXOR
     and PREMUL_SUM, which Chorus does not offer."""
+    name = _OP_NAMES.get(getattr(op, "op", op))
+    if name is not None:
+        return name
     for torch_op, name in _OPS:
         if op == torch_op:
             return name
@@ -144,6 +150,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
             raise ValueError(f"chorus: communicator is rank {comm.rank} of {comm.size}, "
                              f"the process group rank {rank} of {size}")
         self._comm = comm
+        self._alone = size == 1
         self._engine = CompletionThread(comm, name=f"chorus-pg-{rank}")
 
     @classmethod
@@ -171,6 +178,14 @@ class ProcessGroupChorus(dist.ProcessGroup):
         future = self._engine_or_raise().submit(coll, args, keepalive, finish)
         return _create_work_from_future(future)
 
+    def _done(self, value):
+        """A Work already complete with value: what an in-place allreduce or broadcast is on
+        a group of one rank, which has nothing to move (no call into the library)."""
+        self._engine_or_raise()
+        future = torch.futures.Future()
+        future.set_result(value)
+        return _create_work_from_future(future)
+
     def _engine_or_raise(self):
         if self._engine is None:
             raise RuntimeError("chorus: this process group was shut down")
@@ -186,13 +201,18 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensors = _single(tensors, "allreduce")
         buf = self._buf(tensors[0], "allreduce")
         op = self._comm_op(_reduce_op_of(opts))
+        if self._alone:
+            return self._done(tensors)
         args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
         return self._work("allreduce", args, (tensors, buf), lambda: tensors)
 
     def broadcast(self, tensors, opts=None):
         tensors = _single(tensors, "broadcast")
         buf = self._buf(tensors[0], "broadcast")
-        args = (buf.address, buf.address, buf.count, buf.dtype_code, _root_of(opts))
+        root = _root_of(opts)
+        if self._alone and root == 0:
+            return self._done(tensors)
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, root)
         return self._work("broadcast", args, (tensors, buf), lambda: tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
