@@ -10,7 +10,6 @@
 #include "core/live.h"
 #include "core/log.h"
 
-static int is_p2p(chorus_coll_t c) { return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV; }
 
 /* Fields that do not take part in a call are zeroed so frame signatures compare equal. */
 static void normalise(chorus_coll_args_t* a) {
@@ -24,7 +23,7 @@ static void normalise(chorus_coll_args_t* a) {
 
 static void stamp_sequence(chorus_comm_t* comm, chorus_task_t* t) {
   const chorus_coll_args_t* a = &t->args;
-  if (!is_p2p(a->coll)) {
+  if (!chorus__coll_is_p2p(a->coll)) {
     t->seq = t->send_seq = t->recv_seq = comm->next_seq++;
     return;
   }

@@ -39,11 +39,9 @@ static void wake_waiters(chorus_comm_t* comm) {
   if (comm->cv_waiters) pthread_cond_broadcast(&comm->cv);
 }
 
-static int is_coll(chorus_coll_t c) { return c != CH_COLL_SEND && c != CH_COLL_RECV && c != CH_COLL_SENDRECV; }
-
 /* Ends task t (the head of the queue) with status st. mu held. */
 static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
-  if (st == CHORUS_OK && is_coll(t->args.coll)) comm->coll_done = t->seq + 1;
+  if (st == CHORUS_OK && !chorus__coll_is_p2p(t->args.coll)) comm->coll_done = t->seq + 1;
   comm->head = t->next;
   if (!comm->head) comm->tail = NULL;
   t->next = NULL;
@@ -158,10 +156,15 @@ static int target_pending(const chorus_comm_t* comm, const chorus_task_t* target
 
 /* Drives progress until target ends (or, with target NULL, the queue is empty). Called with mu
  * held and the driving role taken; mu is released while sleeping. */
+/* A waiter's spin state: restarted whenever something moved or it slept. */
+typedef struct {
+  uint64_t start;       /* when the spin began (0: not yet read) */
+  unsigned idle_polls;  /* passes that moved nothing */
+  int yielding;         /* past the busy poll: sched_yield between passes */
+} spin_t;
+
 static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now) {
-  uint64_t spin_start = 0;
-  unsigned idle_polls = 0;
-  int yielding = 0;
+  spin_t spin = {0};
   while (target_pending(comm, target)) {
     if (__atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE) && comm->head) {
       chorus__comm_set_error(comm, "communicator aborted by chorus_comm_abort on rank %d", comm->rank);
@@ -170,13 +173,11 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
     }
     if (progress_pass(comm, now)) {
       if (!target_pending(comm, target)) break;
-      spin_start = 0;
-      idle_polls = 0;
-      yielding = 0;
+      spin = (spin_t){0};
       now = chorus__now_ns();
       continue;
     }
-    if (++idle_polls % CLOCK_POLLS != 0 && !yielding) {
+    if (++spin.idle_polls % CLOCK_POLLS != 0 && !spin.yielding) {
       /* A peer on another core usually answers within a microsecond: poll again at once
        * (the pass may start a task with a clock reading a few polls old). */
       pthread_mutex_unlock(&comm->mu);
@@ -190,17 +191,15 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
       fail_timeout(comm, now - comm->last_activity_ns);
       continue;
     }
-    if (!spin_start) spin_start = now;
-    if (now - spin_start >= (uint64_t)comm->spin_us * 1000ull) {
+    if (!spin.start) spin.start = now;
+    if (now - spin.start >= (uint64_t)comm->spin_us * 1000ull) {
       /* Sleep. Arm the doorbell first and look once more: a peer that publishes after this
        * look rings a doorbell whose value was already read, so the sleep returns at once
        * instead of losing the wake-up. */
       uint32_t seen = chorus__transport_arm(&comm->tp);
       if (progress_pass(comm, now)) {
         chorus__transport_disarm(&comm->tp);
-        spin_start = 0;
-        idle_polls = 0;
-        yielding = 0;
+        spin = (spin_t){0};
         now = chorus__now_ns();
         continue;
       }
@@ -210,16 +209,16 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
       chorus__transport_wait(&comm->tp, until_timeout_ms < MAX_SLEEP_MS ? (int)until_timeout_ms : MAX_SLEEP_MS, seen);
       pthread_mutex_lock(&comm->mu);
       __atomic_store_n(&comm->sleeping, 0, __ATOMIC_RELEASE);
-      idle_polls = 0;
-      yielding = 0;
+      spin.idle_polls = 0; /* keeps spin.start: still past the spin time, it sleeps again */
+      spin.yielding = 0;
       now = chorus__now_ns();
       continue;
     }
     /* Other ranks may need this core: after a short busy poll, yield between polls until the
      * spin time is up. */
-    yielding = now - spin_start >= BUSY_POLL_NS;
+    spin.yielding = now - spin.start >= BUSY_POLL_NS;
     pthread_mutex_unlock(&comm->mu);
-    if (yielding) sched_yield();
+    if (spin.yielding) sched_yield();
     else __builtin_ia32_pause();
     pthread_mutex_lock(&comm->mu);
   }
@@ -274,7 +273,7 @@ static chorus_status_t enqueue(chorus_comm_t* comm, chorus_task_t* t, uint64_t n
   }
   t->status = CHORUS_INPROGRESS;
   t->post_ns = now;
-  if (is_coll(t->args.coll)) {
+  if (!chorus__coll_is_p2p(t->args.coll)) {
     comm->coll_posted = t->seq + 1;
     comm->last_coll = t->args;
   }

@@ -17,7 +17,6 @@
 /* How long a rank that timed out waits for its peers' status frames. */
 #define VERDICT_WAIT_MS 1000
 
-static int is_p2p(chorus_coll_t c) { return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV; }
 
 static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
   chorus_frame_hdr_t* h = &x->hdr;
@@ -29,7 +28,7 @@ static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
   h->nbytes = x->nbytes;
   h->seq = is_send ? t->send_seq : t->recv_seq;
   h->dtype = (uint8_t)t->args.dtype;
-  if (is_p2p(t->args.coll)) {
+  if (chorus__coll_is_p2p(t->args.coll)) {
     /* Point-to-point: both directions carry the message's own element count. */
     h->coll = CH_COLL_SEND;
     h->count = t->dtype_size ? x->nbytes / t->dtype_size : 0;
@@ -229,8 +228,7 @@ void chorus__conn_publish_signature(chorus_task_t* t) {
   signature_of(t, t->sig);
   /* Also when the communicator spans hosts: the other ranks of the host read it for verdicts. */
   if (!tp_of(t)->shm.base) return;
-  int p2p = t->args.coll == CH_COLL_SEND || t->args.coll == CH_COLL_RECV || t->args.coll == CH_COLL_SENDRECV;
-  if (p2p) return; /* point-to-point sequence numbers are per pair, not comm-wide */
+  if (chorus__coll_is_p2p(t->args.coll)) return; /* point-to-point sequence numbers are per pair, not comm-wide */
   /* A seqlock: sig[0] is 0 while the other words change. The release stores keep the zero
    * ahead of every new word, so a reader that sees a new word and then sig[0] again sees the
    * zero or the new value, never the old one (no fences: ThreadSanitizer does not model them). */
@@ -499,7 +497,7 @@ enum { V_WAITING, V_FINISHED, V_NEVER, V_SILENT_POSTED, V_SILENT, V_GONE };
 
 void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {
   out[0] = '\0';
-  if (is_p2p(t->args.coll)) return; /* their sequence numbers are per pair */
+  if (chorus__coll_is_p2p(t->args.coll)) return; /* their sequence numbers are per pair */
   if (chorus__conn_shm_avail(t)) {  /* one host: every signature is in shared memory */
     chorus__conn_culprits(t, out, outlen);
     return;
