@@ -112,6 +112,22 @@ class BackendTests(unittest.TestCase):
         self.assertTrue(work.is_completed(), "a one-rank allreduce was still pending")
         work.wait()
         self.assertBits(t, before, "one-rank allreduce")
+        # The same tensor again (DDP's bucket every step), then another: each Work holds the
+        # very tensor it was given, for allreduce and broadcast alike.
+        other = self.input("float32", 10, salt=7)
+        for tensor in (t, t, other, t):
+            for call in (lambda x: dist.all_reduce(x, group=singles[self.r], async_op=True),
+                         lambda x: dist.broadcast(x, src=self.r, group=singles[self.r],
+                                                  async_op=True)):
+                result = call(tensor).get_future().value()
+                self.assertEqual(len(result), 1)
+                self.assertEqual(result[0].data_ptr(), tensor.data_ptr())
+                self.assertEqual(result[0].numel(), tensor.numel())
+        # The shortcut must not swallow what the full checks reject.
+        with self.assertRaisesRegex(ValueError, "not supported"):
+            dist.all_reduce(t, op=dist.ReduceOp.BAND, group=singles[self.r])
+        with self.assertRaisesRegex(ValueError, "contiguous"):
+            dist.all_reduce(torch.zeros(4, 4)[:, 1], group=singles[self.r])
         for g in singles:
             dist.destroy_process_group(g)
 
