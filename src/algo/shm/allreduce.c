@@ -9,8 +9,9 @@
  * Bytes per rank per chunk: S written + S read (copy-in), S read + S/n written (reduce),
  * S read + S written (copy-out); no rank ever waits for a message. Every slice is combined by
  * exactly one rank, so every rank ends with the same bits.
- * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth. Vectors of at most 32 KiB take
- * one phase instead: every rank reduces all slots itself (1 flag wait, n S read). Vectors of at
+ * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth. Two ranks, and vectors of at most
+ * 32 KiB, take one phase instead: every rank combines all inputs itself (1 flag wait, n S read;
+ * see progress_one_phase). Vectors of at
  * most 32 bytes travel in the LL buffers (shm.h): each 8-byte word carries 4 data bytes and the
  * operation's flag, so seeing the data is seeing that it arrived: one cache miss per peer line
  * instead of a flag miss followed by a data miss.
@@ -32,6 +33,7 @@ static int supported(const chorus_task_t* t) {
 static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
   (void)link;
   size_t bytes = t->args.count * t->dtype_size, slot = chorus__conn_shm_slot_bytes(t);
+  if (t->nranks == 2) return chorus__shm_cost_us(1, chorus__div_up(bytes, slot), 3.0 * (double)bytes);
   return chorus__shm_cost_us(3, chorus__div_up(bytes, slot), 4.0 * (double)bytes);
 }
 
@@ -53,24 +55,37 @@ static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus__shm_zc_reduce_slice(t, s, src, (char*)t->args.recvbuf + off * es, dst, len);
 }
 
-/* Small vectors: one phase. Every rank combines the whole chunk from every slot, in rank order,
- * straight into its receive buffer: the same operations on the same bits everywhere, so the
- * results stay identical, and only one flag wait (ARRIVED) is on the critical path. */
-static chorus_status_t progress_small(chorus_task_t* t, chorus_shm_op_t* s) {
-  uint64_t id = chorus__shm_id(s);
-  int which = (int)(id & 1);
-  size_t m = t->args.count, es = t->dtype_size;
+/* One phase, chunk by chunk: every rank copies its chunk into its slot, then combines the
+ * whole chunk from every rank's input, in rank order, straight into its receive buffer (ranks 0
+ * and 1 read their own input from the send buffer: the same bits as their slot). The same operations
+ * on the same bits everywhere, so the results stay identical, and one flag wait per chunk.
+ * Taken for small vectors (any number of ranks) and at every size on two ranks, where it reads
+ * as many remote bytes as the three phases (S per chunk) but writes S/2 less and waits twice
+ * less; from three ranks on it would read (n - 1) S remote bytes against 2 S (n - 1) / n. */
+static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;
-  if (s->stage == 0) {
-    CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, t->args.sendbuf, m * es, &st), st);
+  while (s->k < s->nchunks) {
+    uint64_t id = chorus__shm_id(s);
+    int which = (int)(id & 1);
+    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
+    const char* mine = (const char*)t->args.sendbuf + first * es;
+    if (s->stage == 0) {
+      CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, mine, m * es, &st), st);
+    }
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+    char* dst = (char*)t->args.recvbuf + first * es;
+    const char* in0 = t->rank == 0 ? mine : chorus__conn_shm_slot(t, 0, which);
+    const char* in1 = t->rank == 1 ? mine : chorus__conn_shm_slot(t, 1, which);
+    /* In place, dst is `mine`: element-wise kernels may read and write it in one call, but a
+     * later call could not read it any more, so from rank 2 on every input comes from a slot. */
+    s->reduce(dst, in0, in1, m);
+    for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which), m);
+    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+    chorus__conn_shm_publish(t, SHM_DONE, id);
+    s->k++;
+    chorus__shm_advance(t, s, 0);
   }
-  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
-  char* dst = t->args.recvbuf;
-  s->reduce(dst, chorus__conn_shm_slot(t, 0, which), chorus__conn_shm_slot(t, 1, which), m);
-  for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which), m);
-  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
-  chorus__conn_shm_publish(t, SHM_DONE, id);
-  s->k = s->nchunks;
   return CHORUS_OK;
 }
 
@@ -182,7 +197,8 @@ static chorus_status_t progress(chorus_task_t* t) {
   chorus_shm_op_t* s = t->state;
   if (s->nchunks == 1 && t->args.count * t->dtype_size <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
     return progress_ll(t, s);
-  if (s->nchunks == 1 && t->args.count * t->dtype_size <= SMALL_BYTES) return progress_small(t, s);
+  if (t->nranks == 2 || (s->nchunks == 1 && t->args.count * t->dtype_size <= SMALL_BYTES))
+    return progress_one_phase(t, s);
   size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;
   while (s->k < s->nchunks) {

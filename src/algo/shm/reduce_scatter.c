@@ -3,11 +3,13 @@
  *
  * The send buffer holds n blocks; chunk k covers the same element range of every block, sized
  * so that the n block-chunks fill one slot (S/n elements-worth each). Per chunk:
- *   1. copy-in: rank r copies its n block-chunks into its slot          ARRIVED = id
- *   2. reduce:  rank r combines block r of every slot, in rank order,
+ *   1. copy-in: rank r copies the block-chunks of the other ranks into
+ *               its slot (its own stays in its send buffer)             ARRIVED = id
+ *   2. reduce:  rank r combines block r of every rank, in rank order,
  *               straight into its receive buffer; avg divides            DONE = id
- * Bytes per rank per chunk: S written + S read, then S read + S/n written. Cost: 2 flag waits
- * per chunk + about 3 S / memory bandwidth.
+ * Bytes per rank per chunk: (n-1) S/n written and read, then S read + S/n written. Cost: 2 flag
+ * waits per chunk + about 3 S / memory bandwidth. In place, a rank from 2 on stages its own
+ * block too: its receive buffer is that block, written by the first combination.
  *
  * On registered memory: rank r reduces block r straight from every rank's send buffer into its
  * receive buffer (N read, N/n written per rank).
@@ -45,20 +47,33 @@ static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus__shm_zc_reduce_slice(t, s, src, t->args.recvbuf, NULL, t->args.count);
 }
 
+/* Whether this rank combines its own block straight from its send buffer, so that it need not
+ * stage it: yes unless the receive buffer overlaps that block (in place) and the block is not
+ * among the first two combined, which would overwrite it before it is read. */
+static int own_block_unstaged(const chorus_task_t* t) {
+  size_t block = t->args.count * t->dtype_size;
+  const char* own = (const char*)t->args.sendbuf + (size_t)t->rank * block;
+  const char* out = t->args.recvbuf;
+  return t->rank < 2 || out + block <= own || own + block <= out;
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size, block = t->args.count;
+  int unstaged = own_block_unstaged(t);
   chorus_status_t st = CHORUS_OK;
   while (s->k < s->nchunks) {
     uint64_t id = chorus__shm_id(s);
     int which = (int)(id & 1);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, block);
+    const char* own = (const char*)t->args.sendbuf + ((size_t)t->rank * block + first) * es;
     if (s->stage == 0) {
       CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
       char* slot = chorus__conn_shm_slot(t, t->rank, which);
       for (int q = 0; q < t->nranks; q++)
-        memcpy(slot + (size_t)q * m * es, (const char*)t->args.sendbuf + ((size_t)q * block + first) * es, m * es);
+        if (q != t->rank || !unstaged)
+          memcpy(slot + (size_t)q * m * es, (const char*)t->args.sendbuf + ((size_t)q * block + first) * es, m * es);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
       chorus__shm_advance(t, s, 1);
       continue;
@@ -66,8 +81,11 @@ static chorus_status_t progress(chorus_task_t* t) {
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
     char* dst = (char*)t->args.recvbuf + first * es;
     size_t mine = (size_t)t->rank * m * es;
-    s->reduce(dst, chorus__conn_shm_slot(t, 0, which) + mine, chorus__conn_shm_slot(t, 1, which) + mine, m);
-    for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + mine, m);
+    const char* in[2];
+    for (int q = 0; q < 2; q++) in[q] = q == t->rank && unstaged ? own : chorus__conn_shm_slot(t, q, which) + mine;
+    s->reduce(dst, in[0], in[1], m);
+    for (int q = 2; q < t->nranks; q++)
+      s->reduce(dst, dst, q == t->rank && unstaged ? own : chorus__conn_shm_slot(t, q, which) + mine, m);
     if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;
