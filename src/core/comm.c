@@ -66,13 +66,13 @@ static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, ch
 chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg) {
   chorus__log_init();
   char err[300] = "";
-  enum { NINT = 9 };
+  enum { NINT = 10 };
   int64_t v[NINT];
   static const chorus_param_id_t ids[NINT] = {CHORUS_PARAM_TIMEOUT_SEC, CHORUS_PARAM_CONNECT_TIMEOUT_SEC,
                                               CHORUS_PARAM_RETRY_COUNT, CHORUS_PARAM_NSOCKS_PER_PEER,
                                               CHORUS_PARAM_SPIN_US,     CHORUS_PARAM_BUFF_SIZE,
                                               CHORUS_PARAM_SHM_DISABLE, CHORUS_PARAM_SHM_BUFF_SIZE,
-                                              CHORUS_PARAM_SHM_SLOT_SIZE};
+                                              CHORUS_PARAM_SHM_SLOT_SIZE, CHORUS_PARAM_SHM_STREAM_BYTES};
   for (int i = 0; i < NINT; i++) {
     chorus_status_t st = chorus__param_int(ids[i], &v[i], err, sizeof(err));
     if (st < 0) {
@@ -90,6 +90,7 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->shm_enabled = !v[6];
   comm->shm_ring_bytes = ((size_t)v[7] + 63) & ~(size_t)63;
   comm->shm_slot_bytes = ((size_t)v[8] + 4095) & ~(size_t)4095;
+  comm->shm_stream_bytes = (size_t)v[9];
   if (cfg) {
     if (cfg->size < sizeof(size_t) + sizeof(unsigned) || cfg->version / 10000 != CHORUS_VERSION_MAJOR) {
       chorus__comm_set_error(comm, "chorus_config_t was not initialised with CHORUS_CONFIG_INIT");

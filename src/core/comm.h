@@ -40,6 +40,7 @@ struct chorus_comm {
   int shm_enabled;
   size_t shm_ring_bytes;
   size_t shm_slot_bytes;
+  size_t shm_stream_bytes; /* outputs from this size on are written with streaming stores; 0: never */
   char algo_spec[256];                        /* CHORUS_ALGO as given */
   const chorus_algo_t* forced[CH_COLL_COUNT]; /* resolved per collective */
   char forced_name[CH_COLL_COUNT][32];        /* a forced name with no entry: error at call */

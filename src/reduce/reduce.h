@@ -34,6 +34,10 @@ uint16_t chorus__float_to_half(float f);
 float chorus__bf16_to_float(uint16_t b);
 uint16_t chorus__float_to_bf16(float f);
 
+/* memcpy with stores that bypass the cache (copy.c): for destinations that will not stay cached.
+ * No overlap; the copy is complete and visible to other threads before a later store. */
+void chorus__copy_streaming(void* dst, const void* src, size_t nbytes);
+
 /* Name of the kernel variant chosen at run time ("avx512", "avx2", "generic"), for logs. */
 const char* chorus__reduce_isa(void);
 

@@ -798,9 +798,11 @@ static void set_env_list(const char* const* assignments, int restore) {
 }
 
 /* Small pipelining chunks and the smallest shared-memory rings and slots: a few kilobytes
- * then take many chunks, slots and ring wraps, cheaply enough for the sanitizer builds. */
+ * then take many chunks, slots and ring wraps, cheaply enough for the sanitizer builds. Every
+ * output is written with streaming stores (a path otherwise taken from 8 MiB on), over the odd
+ * lengths and offsets of these counts. */
 static const char* const small_chunk_env[] = {"CHORUS_BUFF_SIZE=4096", "CHORUS_SHM_BUFF_SIZE=65536",
-                                              "CHORUS_SHM_SLOT_SIZE=65536", NULL};
+                                              "CHORUS_SHM_SLOT_SIZE=65536", "CHORUS_SHM_STREAM_BYTES=1", NULL};
 static const size_t chunked_counts[] = {4099, 20011};
 
 void mx_run_chunked(chorus_coll_t coll, int nranks) {

@@ -26,7 +26,9 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, block * (size_t)t->nranks))
     return chorus__shm_op_init(t, 1, 1);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus__shm_output_is(t, block * (size_t)t->nranks);
+  return st;
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -57,8 +59,8 @@ static chorus_status_t progress(chorus_task_t* t) {
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
     for (int q = 0; q < t->nranks; q++) {
       char* dst = out + ((size_t)q * block + first) * es;
-      if (q == t->rank) chorus__algo_copy(dst, in + first * es, m * es); /* no-op in place */
-      else memcpy(dst, chorus__conn_shm_slot(t, q, which), m * es);
+      if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__conn_shm_slot(t, q, which), m * es);
+      else if (dst != in + first * es) chorus__shm_copy_out(s, dst, in + first * es, m * es); /* else in place */
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;

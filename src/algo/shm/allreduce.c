@@ -40,7 +40,9 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes)) return chorus__shm_op_init(t, 1, 1);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus__shm_output_is(t, bytes);
+  return st;
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -53,6 +55,21 @@ static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
     dst[q] = chorus__conn_zc_recv(t, q) + off * es;
   }
   chorus__shm_zc_reduce_slice(t, s, src, (char*)t->args.recvbuf + off * es, dst, len);
+}
+
+/* dst = a op b (and avg's division), for an output too large to stay cached: combined 16 KiB at
+ * a time into a buffer that stays in the L1 cache, then streamed out (reduce/copy.c), so no line
+ * of dst is read before it is written. */
+static void combine_two_streaming(chorus_task_t* t, chorus_shm_op_t* s, char* dst, const char* a, const char* b,
+                                  size_t m) {
+  _Alignas(64) char scratch[16384];
+  size_t es = t->dtype_size, per = sizeof(scratch) / es;
+  for (size_t i = 0; i < m; i += per) {
+    size_t n = m - i < per ? m - i : per;
+    s->reduce(scratch, a + i * es, b + i * es, n);
+    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(scratch, n, t->args.dtype, t->nranks);
+    chorus__copy_streaming(dst + i * es, scratch, n * es);
+  }
 }
 
 /* One phase, chunk by chunk: every rank copies its chunk into its slot, then combines the
@@ -79,9 +96,13 @@ static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) 
     const char* in1 = t->rank == 1 ? mine : chorus__conn_shm_slot(t, 1, which);
     /* In place, dst is `mine`: element-wise kernels may read and write it in one call, but a
      * later call could not read it any more, so from rank 2 on every input comes from a slot. */
-    s->reduce(dst, in0, in1, m);
-    for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which), m);
-    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+    if (s->stream_out && t->nranks == 2) {
+      combine_two_streaming(t, s, dst, in0, in1, m);
+    } else {
+      s->reduce(dst, in0, in1, m);
+      for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which), m);
+      if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+    }
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;
     chorus__shm_advance(t, s, 0);
@@ -217,7 +238,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         break;
       default: /* copy every reduced slice out */
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_REDUCED, id, &st), st);
-        chorus__shm_copy_slices_out(t, which, first, m);
+        chorus__shm_copy_slices_out(t, s, which, first, m);
         chorus__conn_shm_publish(t, SHM_DONE, id);
         s->k++;
         chorus__shm_advance(t, s, 0);

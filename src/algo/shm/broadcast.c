@@ -26,7 +26,9 @@ static chorus_status_t init(chorus_task_t* t) {
   if (chorus__conn_zc_eligible(t, root ? t->args.sendbuf : NULL, root ? bytes : 0, root ? NULL : t->args.recvbuf,
                                root ? 0 : bytes))
     return chorus__shm_op_init(t, 1, 1);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus__shm_output_is(t, bytes);
+  return st;
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -52,10 +54,10 @@ static chorus_status_t progress(chorus_task_t* t) {
       const char* in = (const char*)t->args.sendbuf + first * es;
       memcpy(chorus__conn_shm_slot(t, root, which), in, m * es);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
-      chorus__algo_copy(out, in, m * es);
+      if (out != in) chorus__shm_copy_out(s, out, in, m * es);
     } else {
       CHORUS_SHM_WAIT(chorus__shm_reached(t, root, SHM_ARRIVED, id, &st), st);
-      memcpy(out, chorus__conn_shm_slot(t, root, which), m * es);
+      chorus__shm_copy_out(s, out, chorus__conn_shm_slot(t, root, which), m * es);
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;

@@ -27,7 +27,9 @@ static chorus_status_t init(chorus_task_t* t) {
   int root = t->rank == t->args.root;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, root ? t->args.recvbuf : NULL, root ? bytes : 0))
     return chorus__shm_op_init(t, 1, 1);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+  chorus__shm_output_is(t, root ? bytes : 0);
+  return st;
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -66,7 +68,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         break;
       default:
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_REDUCED, id, &st), st);
-        chorus__shm_copy_slices_out(t, which, first, m);
+        chorus__shm_copy_slices_out(t, s, which, first, m);
         chorus__conn_shm_publish(t, SHM_DONE, id);
         s->k++;
         chorus__shm_advance(t, s, 0);

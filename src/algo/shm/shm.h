@@ -28,6 +28,7 @@ typedef struct {
   size_t chunk_elems; /* elements per chunk (per block for the blocked collectives) */
   size_t k;           /* the chunk in progress */
   int stage;
+  int stream_out;     /* copies into the caller's output bypass the cache (see shm_copy_out) */
   chorus_reduce_fn reduce;
 } chorus_shm_op_t;
 
@@ -78,6 +79,21 @@ static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems
   return CHORUS_OK;
 }
 
+/* Sets how this op writes its output (out_bytes: the whole output of the call): from
+ * CHORUS_SHM_STREAM_BYTES on (8 MiB), with streaming stores (reduce/copy.c). Such a buffer does
+ * not stay cached anyway, and a plain store would first read every line it writes; below it,
+ * memcpy measured faster on these machines. */
+static inline void chorus__shm_output_is(chorus_task_t* t, size_t out_bytes) {
+  size_t from = chorus__conn_shm_stream_bytes(t);
+  ((chorus_shm_op_t*)t->state)->stream_out = from && out_bytes >= from;
+}
+
+/* Copies n bytes into the caller's output (never overlapping src). */
+static inline void chorus__shm_copy_out(const chorus_shm_op_t* s, void* dst, const void* src, size_t n) {
+  if (s->stream_out) chorus__copy_streaming(dst, src, n);
+  else memcpy(dst, src, n);
+}
+
 static inline void chorus__shm_op_fini(chorus_task_t* t) {
   t->state = NULL; /* it lives in t->state_space */
 }
@@ -119,13 +135,14 @@ static inline void chorus__shm_reduce_my_slice(chorus_task_t* t, chorus_shm_op_t
 
 /* Copies every rank's reduced slice of chunk `which` (m elements starting at element `first`)
  * into the receive buffer. */
-static inline void chorus__shm_copy_slices_out(chorus_task_t* t, int which, size_t first, size_t m) {
+static inline void chorus__shm_copy_slices_out(chorus_task_t* t, const chorus_shm_op_t* s, int which, size_t first,
+                                               size_t m) {
   size_t es = t->dtype_size;
   char* out = (char*)t->args.recvbuf + first * es;
   for (int q = 0; q < t->nranks; q++) {
     size_t off, len;
     chorus__shm_slice(m, t->nranks, q, &off, &len);
-    if (len) memcpy(out + off * es, chorus__conn_shm_slot(t, q, which) + off * es, len * es);
+    if (len) chorus__shm_copy_out(s, out + off * es, chorus__conn_shm_slot(t, q, which) + off * es, len * es);
   }
 }
 
