@@ -183,6 +183,10 @@ static void derive_topology(chorus_comm_t* comm, const chorus_peer_info_t* infos
     if (r < comm->rank) comm->local_rank++;
     comm->local_size++;
   }
+  /* More ranks than CPUs on this host: a waiting rank may hold the core of the rank it waits
+   * for, so it yields from its first idle polls on instead of busy-polling first. */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  comm->oversubscribed = cpus > 0 && comm->local_size > cpus;
 }
 
 chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,

@@ -36,6 +36,7 @@ struct chorus_comm {
   int retry_count;
   int nsocks;
   int spin_us;
+  int oversubscribed; /* more ranks on this host than online CPUs: waiters yield at once */
   size_t chunk_bytes;
   int shm_enabled;
   size_t shm_ring_bytes;

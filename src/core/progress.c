@@ -177,7 +177,7 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
       now = chorus__now_ns();
       continue;
     }
-    if (++spin.idle_polls % CLOCK_POLLS != 0 && !spin.yielding) {
+    if (++spin.idle_polls % CLOCK_POLLS != 0 && !spin.yielding && !comm->oversubscribed) {
       /* A peer on another core usually answers within a microsecond: poll again at once
        * (the pass may start a task with a clock reading a few polls old). */
       pthread_mutex_unlock(&comm->mu);
@@ -216,7 +216,7 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
     }
     /* Other ranks may need this core: after a short busy poll, yield between polls until the
      * spin time is up. */
-    spin.yielding = now - spin.start >= BUSY_POLL_NS;
+    spin.yielding = comm->oversubscribed || now - spin.start >= BUSY_POLL_NS;
     pthread_mutex_unlock(&comm->mu);
     if (spin.yielding) sched_yield();
     else __builtin_ia32_pause();
