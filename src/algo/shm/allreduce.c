@@ -250,7 +250,7 @@ static chorus_status_t progress(chorus_task_t* t) {
 
 const chorus_algo_t chorus__algo_shm_allreduce = {
     .name = "shm",
-    .desc = "same-host memory semantics: copy into a shared slot, reduce one slice per rank in place, copy out",
+    .desc = "same-host memory semantics: copy into a shared slot, reduce one slice per rank in place, copy out (2 ranks, or up to 32 KiB: every rank reduces all slots, one phase)",
     .coll = CH_COLL_ALLREDUCE,
     .supported = supported,
     .cost_us = cost_us,

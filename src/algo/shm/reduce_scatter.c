@@ -96,7 +96,7 @@ static chorus_status_t progress(chorus_task_t* t) {
 
 const chorus_algo_t chorus__algo_shm_reduce_scatter = {
     .name = "shm",
-    .desc = "same-host memory semantics: every rank stages its blocks once, each rank reduces its own block from all slots",
+    .desc = "same-host memory semantics: every rank stages the others' blocks once, each rank reduces its own block from all slots and its send buffer",
     .coll = CH_COLL_REDUCE_SCATTER,
     .supported = supported,
     .cost_us = cost_us,
