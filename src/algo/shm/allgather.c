@@ -24,20 +24,21 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 
 static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
+  chorus_status_t st;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, block * (size_t)t->nranks))
-    return chorus__shm_op_init(t, 1, 1);
-  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+    st = chorus__shm_op_init(t, 1, 1);
+  else
+    st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
   chorus__shm_output_is(t, block * (size_t)t->nranks);
   return st;
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
-  (void)s;
   size_t block = t->args.count * t->dtype_size;
-  for (int q = 0; q < t->nranks; q++) {
+  for (int q = 0; q < t->nranks && block; q++) {
     char* dst = (char*)t->args.recvbuf + (size_t)q * block;
-    if (q == t->rank) chorus__algo_copy(dst, t->args.sendbuf, block);
-    else if (block) memcpy(dst, chorus__conn_zc_send(t, q), block);
+    const char* src = q == t->rank ? t->args.sendbuf : chorus__conn_zc_send(t, q);
+    if (dst != src) chorus__shm_copy_out(s, dst, src, block); /* else in place */
   }
 }
 

@@ -23,19 +23,20 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
   int root = t->rank == t->args.root;
+  chorus_status_t st;
   if (chorus__conn_zc_eligible(t, root ? t->args.sendbuf : NULL, root ? bytes : 0, root ? NULL : t->args.recvbuf,
                                root ? 0 : bytes))
-    return chorus__shm_op_init(t, 1, 1);
-  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
+    st = chorus__shm_op_init(t, 1, 1);
+  else
+    st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
   chorus__shm_output_is(t, bytes);
   return st;
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
-  (void)s;
   size_t bytes = t->args.count * t->dtype_size;
-  if (t->rank == t->args.root) chorus__algo_copy(t->args.recvbuf, t->args.sendbuf, bytes);
-  else if (bytes) memcpy(t->args.recvbuf, chorus__conn_zc_send(t, t->args.root), bytes);
+  const char* src = t->rank == t->args.root ? t->args.sendbuf : chorus__conn_zc_send(t, t->args.root);
+  if (bytes && t->args.recvbuf != src) chorus__shm_copy_out(s, t->args.recvbuf, src, bytes);
 }
 
 static chorus_status_t progress(chorus_task_t* t) {
