@@ -77,8 +77,9 @@ static void combine_two_streaming(chorus_task_t* t, chorus_shm_op_t* s, char* ds
  * and 1 read their own input from the send buffer: the same bits as their slot). The same operations
  * on the same bits everywhere, so the results stay identical, and one flag wait per chunk.
  * Taken for small vectors (any number of ranks) and at every size on two ranks, where it reads
- * as many remote bytes as the three phases (S per chunk) but writes S/2 less and waits twice
- * less; from three ranks on it would read (n - 1) S remote bytes against 2 S (n - 1) / n. */
+ * as many remote bytes as the three phases (S per chunk) but writes S/2 less and waits once per
+ * chunk instead of three times; from three ranks on it would read (n - 1) S remote bytes against
+ * 2 S (n - 1) / n. */
 static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;
