@@ -10,7 +10,6 @@
 #include "core/live.h"
 #include "core/log.h"
 
-
 /* Fields that do not take part in a call are zeroed so frame signatures compare equal. */
 static void normalise(chorus_coll_args_t* a) {
   if (a->coll != CH_COLL_ALLREDUCE && a->coll != CH_COLL_REDUCE && a->coll != CH_COLL_REDUCE_SCATTER)

@@ -33,12 +33,12 @@ typedef enum {
 } chorus_coll_t;
 
 const char* chorus__coll_name(chorus_coll_t coll); /* "allreduce"; "?" when out of range */
+int chorus__coll_from_name(const char* name);      /* -1 when unknown */
 
 /* Point-to-point calls number their messages per pair of ranks; the others, per communicator. */
 static inline int chorus__coll_is_p2p(chorus_coll_t c) {
   return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV;
 }
-int chorus__coll_from_name(const char* name);      /* -1 when unknown */
 
 /* The arguments of one call, as the user gave them. */
 typedef struct {

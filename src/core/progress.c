@@ -154,8 +154,6 @@ static int target_pending(const chorus_comm_t* comm, const chorus_task_t* target
   return comm->head != NULL && !comm->bg_stop;
 }
 
-/* Drives progress until target ends (or, with target NULL, the queue is empty). Called with mu
- * held and the driving role taken; mu is released while sleeping. */
 /* A waiter's spin state: restarted whenever something moved or it slept. */
 typedef struct {
   uint64_t start;       /* when the spin began (0: not yet read) */
@@ -163,6 +161,8 @@ typedef struct {
   int yielding;         /* past the busy poll: sched_yield between passes */
 } spin_t;
 
+/* Drives progress until target ends (or, with target NULL, the queue is empty). Called with mu
+ * held and the driving role taken; mu is released while sleeping. */
 static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now) {
   spin_t spin = {0};
   while (target_pending(comm, target)) {

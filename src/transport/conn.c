@@ -17,7 +17,6 @@
 /* How long a rank that timed out waits for its peers' status frames. */
 #define VERDICT_WAIT_MS 1000
 
-
 static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
   chorus_frame_hdr_t* h = &x->hdr;
   memset(h, 0, sizeof(*h));

@@ -247,8 +247,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
                 return self._done(tensor)
         tensors = _single(tensors, "broadcast")
         buf = self._buf(tensors[0], "broadcast")
-        root = _root_of(opts)
-        args = (buf.address, buf.address, buf.count, buf.dtype_code, root)
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, _root_of(opts))
         return self._work("broadcast", args, (tensors, buf), lambda: tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):

@@ -24,13 +24,10 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 
 static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
-  chorus_status_t st;
-  if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, block * (size_t)t->nranks))
-    st = chorus__shm_op_init(t, 1, 1);
-  else
-    st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
-  chorus__shm_output_is(t, block * (size_t)t->nranks);
-  return st;
+  size_t out = block * (size_t)t->nranks;
+  if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, out))
+    return chorus__shm_op_init(t, 1, 1, out);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, out);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

@@ -39,10 +39,9 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 
 static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
-  if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes)) return chorus__shm_op_init(t, 1, 1);
-  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
-  chorus__shm_output_is(t, bytes);
-  return st;
+  if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes))
+    return chorus__shm_op_init(t, 1, 1, bytes);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, bytes);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

@@ -14,7 +14,7 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
   return chorus__shm_cost_us(1, 1, 0);
 }
 
-static chorus_status_t init(chorus_task_t* t) { return chorus__shm_op_init(t, 1, 1); }
+static chorus_status_t init(chorus_task_t* t) { return chorus__shm_op_init(t, 1, 1, 0); }
 
 static chorus_status_t progress(chorus_task_t* t) {
   chorus_shm_op_t* s = t->state;

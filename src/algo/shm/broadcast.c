@@ -23,14 +23,10 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
   int root = t->rank == t->args.root;
-  chorus_status_t st;
   if (chorus__conn_zc_eligible(t, root ? t->args.sendbuf : NULL, root ? bytes : 0, root ? NULL : t->args.recvbuf,
                                root ? 0 : bytes))
-    st = chorus__shm_op_init(t, 1, 1);
-  else
-    st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
-  chorus__shm_output_is(t, bytes);
-  return st;
+    return chorus__shm_op_init(t, 1, 1, bytes);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, bytes);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

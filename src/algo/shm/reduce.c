@@ -26,10 +26,8 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
   int root = t->rank == t->args.root;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, root ? t->args.recvbuf : NULL, root ? bytes : 0))
-    return chorus__shm_op_init(t, 1, 1);
-  chorus_status_t st = chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size);
-  chorus__shm_output_is(t, root ? bytes : 0);
-  return st;
+    return chorus__shm_op_init(t, 1, 1, root ? bytes : 0);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, root ? bytes : 0);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

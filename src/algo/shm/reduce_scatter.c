@@ -35,8 +35,8 @@ static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
 static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block * (size_t)t->nranks, t->args.recvbuf, block))
-    return chorus__shm_op_init(t, 1, 1);
-  return chorus__shm_op_init(t, t->args.count, chunk_elems(t));
+    return chorus__shm_op_init(t, 1, 1, block);
+  return chorus__shm_op_init(t, t->args.count, chunk_elems(t), block);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -55,6 +55,12 @@ static int own_block_unstaged(const chorus_task_t* t) {
   const char* own = (const char*)t->args.sendbuf + (size_t)t->rank * block;
   const char* out = t->args.recvbuf;
   return t->rank < 2 || out + block <= own || own + block <= out;
+}
+
+/* Rank q's part of this rank's block in the current chunk: in q's slot at byte `off`, or, for
+ * this rank's own unstaged block, at `own` in its send buffer. */
+static const char* block_input(const chorus_task_t* t, int q, int which, size_t off, const char* own, int unstaged) {
+  return q == t->rank && unstaged ? own : chorus__conn_shm_slot(t, q, which) + off;
 }
 
 static chorus_status_t progress(chorus_task_t* t) {
@@ -81,11 +87,8 @@ static chorus_status_t progress(chorus_task_t* t) {
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
     char* dst = (char*)t->args.recvbuf + first * es;
     size_t mine = (size_t)t->rank * m * es;
-    const char* in[2];
-    for (int q = 0; q < 2; q++) in[q] = q == t->rank && unstaged ? own : chorus__conn_shm_slot(t, q, which) + mine;
-    s->reduce(dst, in[0], in[1], m);
-    for (int q = 2; q < t->nranks; q++)
-      s->reduce(dst, dst, q == t->rank && unstaged ? own : chorus__conn_shm_slot(t, q, which) + mine, m);
+    s->reduce(dst, block_input(t, 0, which, mine, own, unstaged), block_input(t, 1, which, mine, own, unstaged), m);
+    for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, block_input(t, q, which, mine, own, unstaged), m);
     if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;

@@ -28,7 +28,7 @@ typedef struct {
   size_t chunk_elems; /* elements per chunk (per block for the blocked collectives) */
   size_t k;           /* the chunk in progress */
   int stage;
-  int stream_out;     /* copies into the caller's output bypass the cache (see shm_copy_out) */
+  int stream_out;     /* copies into the caller's output bypass the cache (see shm_op_init) */
   chorus_reduce_fn reduce;
 } chorus_shm_op_t;
 
@@ -66,8 +66,12 @@ static inline void chorus__shm_slice(size_t m, int n, int r, size_t* off, size_t
 }
 
 /* Allocates the op state, cutting `elems` elements into chunks of at most chunk_elems, and
- * reserves the chunk ids. Every rank computes the same chunking, so ids agree. */
-static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems, size_t chunk_elems) {
+ * reserves the chunk ids. Every rank computes the same chunking, so ids agree. out_bytes is the
+ * whole output of the call on this rank: from CHORUS_SHM_STREAM_BYTES on (8 MiB), copies into it
+ * use streaming stores (reduce/copy.c). Such a buffer does not stay cached anyway, and a plain
+ * store would first read every line it writes; below it, memcpy measured faster here. */
+static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems, size_t chunk_elems,
+                                                  size_t out_bytes) {
   _Static_assert(sizeof(chorus_shm_op_t) <= sizeof(t->state_space), "shm op state fits in the task");
   chorus_shm_op_t* s = (chorus_shm_op_t*)t->state_space;
   memset(s, 0, sizeof(*s));
@@ -75,17 +79,10 @@ static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems
   s->nchunks = chorus__div_up(elems, s->chunk_elems);
   s->base = chorus__conn_shm_next_ids(t, s->nchunks);
   s->reduce = chorus__algo_reduce_fn(t->args.dtype, t->args.op);
+  size_t stream_from = chorus__conn_shm_stream_bytes(t);
+  s->stream_out = stream_from && out_bytes >= stream_from;
   t->state = s;
   return CHORUS_OK;
-}
-
-/* Sets how this op writes its output (out_bytes: the whole output of the call): from
- * CHORUS_SHM_STREAM_BYTES on (8 MiB), with streaming stores (reduce/copy.c). Such a buffer does
- * not stay cached anyway, and a plain store would first read every line it writes; below it,
- * memcpy measured faster on these machines. */
-static inline void chorus__shm_output_is(chorus_task_t* t, size_t out_bytes) {
-  size_t from = chorus__conn_shm_stream_bytes(t);
-  ((chorus_shm_op_t*)t->state)->stream_out = from && out_bytes >= from;
 }
 
 /* Copies n bytes into the caller's output (never overlapping src). */
