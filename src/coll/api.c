@@ -1,7 +1,7 @@
 /*
  * api.c - the public collective and point-to-point calls. Each packs its arguments and goes
- * through one path: check, stamp sequence numbers, select, init the algorithm, post; blocking
- * calls then wait in the caller's thread.
+ * through one path, under the communicator's lock: check, select, init the algorithm, stamp
+ * sequence numbers, queue; blocking calls then drive it to the end in the caller's thread.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +40,44 @@ static const char* const call_names[CH_COLL_COUNT] = {
 #undef CHORUS_XX_
 };
 
+/* Fills in a task for call a on comm: everything but the algorithm's own state. */
+static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_coll_args_t* a, int blocking) {
+  t->args = *a;
+  t->comm = comm;
+  t->rank = comm->rank;
+  t->nranks = comm->nranks;
+  t->dtype_size = chorus_dtype_size(a->dtype);
+  t->chunk_bytes = comm->chunk_bytes;
+  t->blocking = blocking;
+}
+
+/* Selects and prepares the algorithm, stamps the sequence numbers and queues t; a blocking call
+ * also runs it to the end. comm->mu held. *queued says whether t went into the queue (if not,
+ * its algorithm state is released here). */
+static chorus_status_t post(chorus_comm_t* comm, chorus_task_t* t, int* queued) {
+  *queued = 0;
+  chorus_status_t st = chorus__select(comm, t);
+  if (st >= 0) st = t->algo->init(t);
+  if (st < 0) {
+    if (st == CHORUS_ERR_NO_MEMORY)
+      chorus__comm_set_error(comm, "%s: out of memory preparing algorithm %s", chorus__coll_name(t->args.coll),
+                             t->algo ? t->algo->name : "?");
+    return st;
+  }
+  stamp_sequence(comm, t);
+  CH_INFO(COLL, comm->rank, "%s #%llu: %zu x %s, op %s, root %d, algo %s", chorus__coll_name(t->args.coll),
+          (unsigned long long)t->seq, t->args.count, chorus_dtype_name(t->args.dtype), chorus_op_name(t->args.op),
+          t->args.root, t->algo->name);
+  if (t->blocking) {
+    st = chorus__engine_run(comm, t, queued);
+  } else {
+    st = chorus__engine_post(comm, t);
+    *queued = st >= 0;
+  }
+  if (!*queued && t->algo->fini) t->algo->fini(t);
+  return st;
+}
+
 static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int blocking,
                              chorus_req_t** out) {
   /* A NULL, destroyed or never-created communicator: refused without touching its memory. */
@@ -50,62 +88,33 @@ static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int bloc
   }
   if (out) *out = NULL;
   normalise(&a);
-  pthread_mutex_lock(&comm->api_mu);
-  chorus_status_t st = CHORUS_OK;
+  pthread_mutex_lock(&comm->mu);
   if (__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE) || __atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE)) {
     /* Keep the sentence of the original failure: it is what the user needs. */
-    pthread_mutex_unlock(&comm->api_mu);
+    pthread_mutex_unlock(&comm->mu);
     return CHORUS_ERR_COMM_BROKEN;
   }
-  st = chorus__args_check(comm, &a);
+  chorus_status_t st = chorus__args_check(comm, &a);
   if (st < 0) {
-    pthread_mutex_unlock(&comm->api_mu);
+    pthread_mutex_unlock(&comm->mu);
     CH_INFO(COLL, comm->rank, "%s", comm->last_error);
     return st;
   }
-  chorus_req_t* req = __atomic_exchange_n(&comm->spare_req, NULL, __ATOMIC_ACQ_REL);
+  /* A blocking call's request lives exactly as long as the call: on this stack. */
+  chorus_req_t on_stack, *req = &on_stack;
+  if (!blocking) req = __atomic_exchange_n(&comm->spare_req, NULL, __ATOMIC_ACQ_REL);
   if (req) memset(req, 0, sizeof(*req));
   else req = calloc(1, sizeof(*req));
   if (!req) {
-    pthread_mutex_unlock(&comm->api_mu);
+    pthread_mutex_unlock(&comm->mu);
     return CHORUS_ERR_NO_MEMORY;
   }
-  chorus_task_t* t = &req->task;
-  t->args = a;
-  t->comm = comm;
-  t->rank = comm->rank;
-  t->nranks = comm->nranks;
-  t->dtype_size = chorus_dtype_size(a.dtype);
-  t->chunk_bytes = comm->chunk_bytes;
-  t->blocking = blocking;
-  st = chorus__select(comm, t);
-  if (st >= 0) st = t->algo->init(t);
-  if (st >= 0) {
-    stamp_sequence(comm, t);
-    CH_INFO(COLL, comm->rank, "%s #%llu: %zu x %s, op %s, root %d, algo %s", chorus__coll_name(a.coll),
-            (unsigned long long)t->seq, a.count, chorus_dtype_name(a.dtype), chorus_op_name(a.op),
-            a.root, t->algo->name);
-    if (blocking) {
-      /* Queued and driven to the end in one step; api_mu is released once it is queued. */
-      int queued;
-      st = chorus__engine_run(comm, t, &comm->api_mu, &queued);
-      if (!queued) { /* the communicator is broken */
-        if (t->algo->fini) t->algo->fini(t);
-        free(req);
-        return st;
-      }
-      chorus__engine_release(comm, req);
-      return st;
-    }
-    st = chorus__engine_post(comm, t);
-    if (st < 0 && t->algo->fini) t->algo->fini(t);
-  } else if (st == CHORUS_ERR_NOT_SUPPORTED || st == CHORUS_ERR_NO_MEMORY) {
-    if (st == CHORUS_ERR_NO_MEMORY)
-      chorus__comm_set_error(comm, "%s: out of memory preparing algorithm %s", chorus__coll_name(a.coll),
-                             t->algo ? t->algo->name : "?");
-  }
-  pthread_mutex_unlock(&comm->api_mu);
-  if (st < 0) {
+  task_prepare(&req->task, comm, &a, blocking);
+  int queued;
+  st = post(comm, &req->task, &queued);
+  pthread_mutex_unlock(&comm->mu);
+  if (blocking) return st;
+  if (!queued) {
     free(req);
     return st;
   }

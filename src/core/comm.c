@@ -123,7 +123,6 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
   comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
   comm->host_of_rank = calloc((size_t)nranks, sizeof(int));
   pthread_mutex_init(&comm->mu, NULL);
-  pthread_mutex_init(&comm->api_mu, NULL);
   pthread_cond_init(&comm->cv, NULL);
   *out = comm;
   if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->host_of_rank || chorus__trace_comm_init(comm) < 0 ||
@@ -144,7 +143,6 @@ void chorus__comm_free(chorus_comm_t* comm) {
   free(comm->host_of_rank);
   free(comm->spare_req);
   pthread_mutex_destroy(&comm->mu);
-  pthread_mutex_destroy(&comm->api_mu);
   pthread_cond_destroy(&comm->cv);
   free(comm);
 }

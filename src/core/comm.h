@@ -49,10 +49,10 @@ struct chorus_comm {
 
   chorus_transport_t tp;
 
-  /* Engine. mu guards the queue, the role flags and the error state. */
+  /* Engine. mu guards the queue, the role flags, the error state and posting (checks,
+   * selection, sequence numbers): one lock per small blocking call, not two. */
   pthread_mutex_t mu;
   pthread_cond_t cv;         /* task completed, role released, work posted */
-  pthread_mutex_t api_mu;    /* serialises posting calls made from several threads */
   chorus_task_t *head, *tail;
   chorus_req_t* live;        /* requests not yet freed */
   chorus_req_t* spare_req;   /* atomic: one freed request kept for the next call (no malloc) */
@@ -102,13 +102,14 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
 void chorus__host_id(char* out, size_t outlen);
 
 /* ---- engine (progress.c) ---- */
-/* Queues a task built by src/coll; starts the background thread for non-blocking tasks. */
+/* Queues a task built by src/coll (comm->mu held); starts the background thread for
+ * non-blocking tasks. */
 chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t);
 /* Drives progress until t completes; returns its status. */
 chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t);
-/* Post and wait in one step, for blocking calls (one lock, one clock reading). Unlocks
- * `posting` (held by the caller) once t is queued; *queued says whether it was. */
-chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, pthread_mutex_t* posting, int* queued);
+/* Post and wait in one step, for blocking calls (one clock reading). comm->mu is held on entry
+ * and on return (released while waiting); *queued says whether t was queued. */
+chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, int* queued);
 /* Non-blocking check: one progress pass if no other thread drives progress. */
 int chorus__engine_test(chorus_comm_t* comm, chorus_task_t* t);
 /* Marks the communicator broken with st and the sentence in comm->last_error; fails every

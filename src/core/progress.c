@@ -39,15 +39,16 @@ static void wake_waiters(chorus_comm_t* comm) {
   if (comm->cv_waiters) pthread_cond_broadcast(&comm->cv);
 }
 
-/* Ends task t (the head of the queue) with status st. mu held. */
-static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+/* Ends task t (the head of the queue) with status st. mu held; now is a recent clock reading
+ * (the engine reads the clock at least every CLOCK_POLLS polls). */
+static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st, uint64_t now) {
   if (st == CHORUS_OK && !chorus__coll_is_p2p(t->args.coll)) comm->coll_done = t->seq + 1;
   comm->head = t->next;
   if (!comm->head) comm->tail = NULL;
   t->next = NULL;
   if (t->algo && t->algo->fini) t->algo->fini(t);
   t->state = NULL;
-  chorus__trace_finished(comm, t, st);
+  chorus__trace_finished(comm, t, st, now);
   __atomic_store_n(&t->status, st, __ATOMIC_RELEASE);
   CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
            (unsigned long long)t->seq, chorus_status_name(st),
@@ -65,7 +66,8 @@ static void engine_break(chorus_comm_t* comm, chorus_status_t st, int log) {
     chorus__transport_shutdown(&comm->tp);
     if (log) CH_WARN(comm->rank, "%s", comm->last_error);
   }
-  while (comm->head) task_finish(comm, comm->head, st);
+  uint64_t now = chorus__now_ns();
+  while (comm->head) task_finish(comm, comm->head, st, now);
 }
 
 void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st) { engine_break(comm, st, 1); }
@@ -143,7 +145,7 @@ static int progress_pass(chorus_comm_t* comm, uint64_t now) {
       fail_task_error(comm, t, st);
       return 1;
     }
-    task_finish(comm, t, CHORUS_OK);
+    task_finish(comm, t, CHORUS_OK, now);
     moved++;
   }
   return moved;
@@ -282,36 +284,30 @@ static chorus_status_t enqueue(chorus_comm_t* comm, chorus_task_t* t, uint64_t n
   else comm->head = t;
   comm->tail = t;
   chorus__trace_posted(comm, t);
-  chorus_req_t* req = (chorus_req_t*)t;
-  req->live_next = comm->live;
-  if (comm->live) comm->live->live_prev = req;
-  comm->live = req;
+  if (!t->blocking) { /* a blocking call's request is on its caller's stack, gone when it returns */
+    chorus_req_t* req = (chorus_req_t*)t;
+    req->live_next = comm->live;
+    if (comm->live) comm->live->live_prev = req;
+    comm->live = req;
+  }
   if (__atomic_load_n(&comm->sleeping, __ATOMIC_ACQUIRE)) chorus__transport_wake(&comm->tp);
   wake_waiters(comm);
   return CHORUS_OK;
 }
 
 chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
-  pthread_mutex_lock(&comm->mu);
-  chorus_status_t st = enqueue(comm, t, chorus__now_ns());
-  pthread_mutex_unlock(&comm->mu);
-  return st;
+  return enqueue(comm, t, chorus__now_ns());
 }
 
-chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, pthread_mutex_t* posting, int* queued) {
-  pthread_mutex_lock(&comm->mu);
+chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, int* queued) {
   uint64_t now = chorus__now_ns();
   chorus_status_t st = enqueue(comm, t, now);
-  pthread_mutex_unlock(posting); /* queued: other threads may post behind it */
   *queued = st >= 0;
   if (st >= 0) {
-    while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) {
-      drive_or_wait(comm, t, now);
-      now = chorus__now_ns();
-    }
+    drive_or_wait(comm, t, now);
+    while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) drive_or_wait(comm, t, chorus__now_ns());
     st = t->status;
   }
-  pthread_mutex_unlock(&comm->mu);
   return st;
 }
 

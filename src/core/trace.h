@@ -42,7 +42,7 @@ void chorus__trace_comm_fini(struct chorus_comm* comm);
 /* Called by the engine with comm->mu held. */
 void chorus__trace_posted(struct chorus_comm* comm, chorus_task_t* t);
 void chorus__trace_started(struct chorus_comm* comm, chorus_task_t* t);
-void chorus__trace_finished(struct chorus_comm* comm, chorus_task_t* t, chorus_status_t st);
+void chorus__trace_finished(struct chorus_comm* comm, chorus_task_t* t, chorus_status_t st, uint64_t now);
 
 /* Writes the recorder as JSON. comm->mu must not be held. */
 void chorus__trace_dump(struct chorus_comm* comm, FILE* out);
