@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_bind.sh CHORUS_RUN - --bind: with no more ranks than usable CPUs each rank is pinned to a
-# CPU of its own (by default and with --bind core); oversubscribed ranks are left free by
-# default; --bind none never pins; --bind core pins even oversubscribed ranks, round robin.
+# CPU of its own (by default and with --bind core); a multiple of the CPUs is pinned round robin
+# by default; other oversubscribed counts are left free by default; --bind none never pins;
+# --bind core pins any count, round robin.
 source "$(dirname "$0")/lib.sh"
 RUN=${1:?usage: test_bind.sh CHORUS_RUN}
 
@@ -30,10 +31,16 @@ fits=$(cpus_of "$NCPUS")
 echo "$fits" | grep -Eqv '^[0-9]+$' && fail "default, $NCPUS ranks: a rank has more than one CPU: $fits"
 [ "$(cpus_of "$NCPUS" --bind core)" = "$fits" ] || fail "--bind core differs from the default"
 
+# Twice the CPUs: round robin, rank r + NCPUS on rank r's CPU.
+double=$(cpus_of $((2 * NCPUS)))
+[ "$(echo "$double" | head -n "$NCPUS")" = "$fits" ] || fail "default, $((2 * NCPUS)) ranks: first $NCPUS not as when they fit: $double"
+[ "$(echo "$double" | tail -n "$NCPUS")" = "$fits" ] || fail "default, $((2 * NCPUS)) ranks: not round robin: $double"
 over=$((NCPUS + 1))
-for cpus in $(cpus_of "$over"); do
-  [ "$cpus" = "$ALL" ] || fail "default, $over ranks on $NCPUS CPUs: a rank was pinned to $cpus"
-done
+if [ "$NCPUS" -gt 1 ]; then # with one CPU every count is a multiple
+  for cpus in $(cpus_of "$over"); do
+    [ "$cpus" = "$ALL" ] || fail "default, $over ranks on $NCPUS CPUs: a rank was pinned to $cpus"
+  done
+fi
 for cpus in $(cpus_of "$NCPUS" --bind none); do
   [ "$cpus" = "$ALL" ] || fail "--bind none: a rank was pinned to $cpus"
 done
@@ -43,4 +50,4 @@ forced=$(cpus_of "$over" --bind core)
 
 "$RUN" --bind sometimes -n 1 true 2>"$TMP/err" && fail "--bind sometimes was accepted"
 grep -q "core or none" "$TMP/err" || fail "--bind sometimes: unclear message: $(cat "$TMP/err")"
-echo "ok: bound $NCPUS ranks to $(echo $fits); oversubscribed and --bind none left free"
+echo "ok: bound $NCPUS ranks to $(echo $fits), $((2 * NCPUS)) round robin; $over ranks and --bind none left free"

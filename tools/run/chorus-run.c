@@ -62,9 +62,10 @@ static const char kHelp[] =
     "  --term-delay SEC  when a rank fails, give the other ranks SEC seconds to end by\n"
     "                    themselves (e.g. to report the error their communicator raised) before\n"
     "                    they get SIGTERM (default 2; 0: at once)\n"
-    "  --bind core|none  core: pin rank r to the r-th CPU chorus-run may use, so that spinning\n"
-    "                    ranks do not share a core or migrate (like mpirun's --bind-to core);\n"
-    "                    the default when N is at most the number of those CPUs, else none\n"
+    "  --bind core|none  core: pin rank r to CPU r mod C of the C CPUs chorus-run may use, so\n"
+    "                    that spinning ranks do not share a core or migrate (like mpirun's\n"
+    "                    --bind-to core); the default when N is at most C or a multiple of C,\n"
+    "                    else none (uneven ranks stay free for the scheduler to balance)\n"
     "  -x VAR=VAL        set VAR=VAL in every rank (repeatable; wins over every variable below)\n"
     "  -h, --help        show this text\n"
     "Options must come before prog; `--` ends them.\n"
@@ -305,13 +306,17 @@ static void kill_ranks_now(job_t* job) {
 /* ---- launching ---- */
 
 /* --bind: the CPUs chorus-run may run on, in order, when the ranks are to be pinned. Auto pins
- * only when every rank gets a CPU of its own: oversubscribed ranks must be free to move. */
+ * when the ranks spread evenly: a CPU each, or the same number on every CPU (round robin).
+ * Oversubscribed ranks that take turns on a core then wait for the one beside them instead of
+ * being moved between cores: on 2 CPUs, 4 ranks took 0.70 of the time at 1 MiB allreduce and
+ * 0.79 at 1 KiB broadcast (medians of 6 alternating runs). Uneven counts stay free to move, so
+ * that the scheduler can balance them. */
 static void choose_cpus(job_t* job) {
   if (job->opt.bind == BIND_NONE) return;
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
   int n = CPU_COUNT(&allowed);
-  if (n <= 0 || (job->opt.bind == BIND_AUTO && job->opt.nranks > n)) return;
+  if (n <= 0 || (job->opt.bind == BIND_AUTO && job->opt.nranks > n && job->opt.nranks % n != 0)) return;
   job->cpus = calloc((size_t)n, sizeof *job->cpus);
   if (!job->cpus) return;
   for (int cpu = 0; cpu < CPU_SETSIZE && job->ncpus < n; cpu++)
