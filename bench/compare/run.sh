@@ -152,6 +152,9 @@ sweep_flags() {
 # The command line of one run, one word per line (so that it can be logged verbatim).
 run_command() {
   local lib=$1 nranks=$2 coll=$3 flags=$4
+  # Chorus's broadcast runs in place, as MPI_Bcast (one buffer) and torch's broadcast do: out of
+  # place, the root also copies its send buffer into its receive buffer, work they never do.
+  [ "$coll" = broadcast ] && [[ $lib == chorus* ]] && flags="$flags -p 1"
   case $lib in
     chorus)
       echo "$BUILD_DIR/chorus-run --timeout $run_timeout_sec -n $nranks $BUILD_DIR/chorus-perf $coll $flags" ;;
