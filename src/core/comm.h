@@ -54,8 +54,8 @@ struct chorus_comm {
   pthread_mutex_t mu;
   pthread_cond_t cv;         /* task completed, role released, work posted */
   chorus_task_t *head, *tail;
-  chorus_req_t* live;        /* requests not yet freed */
-  chorus_req_t* spare_req;   /* atomic: one freed request kept for the next call (no malloc) */
+  chorus_req_t* live;        /* non-blocking requests not yet freed */
+  chorus_req_t* spare_req;   /* atomic: one freed request kept for the next non-blocking call */
   struct {                   /* the last selection per collective, keyed by what decides it */
     const chorus_algo_t* algo;
     uint64_t key[3];

@@ -29,7 +29,8 @@ static void req_unlink_free(chorus_comm_t* comm, chorus_req_t* req) {
   if (req->live_prev) req->live_prev->live_next = req->live_next;
   else comm->live = req->live_next;
   if (req->live_next) req->live_next->live_prev = req->live_prev;
-  /* Keep one for the next call: small blocking calls then allocate nothing. */
+  /* Keep one for the next non-blocking call, which then allocates nothing (a blocking call's
+   * request is on its caller's stack). */
   chorus_req_t* none = NULL;
   if (!__atomic_compare_exchange_n(&comm->spare_req, &none, req, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) free(req);
 }
