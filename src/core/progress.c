@@ -22,6 +22,11 @@
 #define BUSY_POLL_NS 3000ull
 #define CLOCK_POLLS 16
 
+/* Calls that move at least this many bytes per block get a fresh clock reading when they end
+ * (their last pass may have copied for a long time); smaller ones keep the pass's reading,
+ * as a clock read costs a tenth of a small call. */
+#define FRESH_END_BYTES (64u * 1024u)
+
 /* Longest single sleep: bounds how late a timeout or an abort is noticed. */
 #define MAX_SLEEP_MS 100
 
@@ -40,8 +45,8 @@ static void wake_waiters(chorus_comm_t* comm) {
   if (comm->cv_waiters) pthread_cond_broadcast(&comm->cv);
 }
 
-/* Ends task t (the head of the queue) with status st. mu held; now is a recent clock reading
- * (the engine reads the clock at least every CLOCK_POLLS polls). */
+/* Ends task t (the head of the queue) with status st. mu held; now dates the end in the flight
+ * recorder. */
 static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st, uint64_t now) {
   if (st == CHORUS_OK && !chorus__coll_is_p2p(t->args.coll)) comm->coll_done = t->seq + 1;
   comm->head = t->next;
@@ -146,7 +151,7 @@ static int progress_pass(chorus_comm_t* comm, uint64_t now) {
       fail_task_error(comm, t, st);
       return 1;
     }
-    task_finish(comm, t, CHORUS_OK, now);
+    task_finish(comm, t, CHORUS_OK, t->args.count * t->dtype_size >= FRESH_END_BYTES ? chorus__now_ns() : now);
     moved++;
   }
   return moved;
@@ -269,7 +274,10 @@ static chorus_status_t enqueue(chorus_comm_t* comm, chorus_task_t* t, uint64_t n
   if (!t->blocking && !comm->bg_started) {
     int rc = pthread_create(&comm->bg_thread, NULL, bg_main, comm);
     if (rc != 0) {
+      /* The call has used its sequence number and shared-memory ids already: without it this
+       * rank's later calls would not line up with the peers' any more. */
       chorus__comm_set_error(comm, "cannot start the progress thread: %s", strerror(rc));
+      engine_break(comm, CHORUS_ERR_SYSTEM, 1);
       return CHORUS_ERR_SYSTEM;
     }
     comm->bg_started = 1;

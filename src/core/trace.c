@@ -34,7 +34,11 @@ static int signal_pipe[2] = {-1, -1};
 static pthread_t watcher;
 static int watcher_running;
 static struct sigaction previous_usr1;
-static FILE* trace_out;
+/* The trace file, shared by the process's communicators. Its own lock, taken inside comm->mu
+ * (when an operation ends) and inside registry_mu (open, close), never around either: the
+ * SIGUSR1 dump takes registry_mu and then each comm->mu. */
+static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+static FILE* trace_out; /* atomic pointer; written under trace_mu */
 static int trace_events;
 static int64_t trace_offset_ns; /* realtime - monotonic, so ranks' timelines line up */
 
@@ -127,21 +131,27 @@ static void stop_watcher(void) {
 
 static void open_trace(int rank) {
   const char* pattern = chorus__param_str(CHORUS_PARAM_TRACE_FILE);
-  if (!pattern[0] || trace_out) return;
-  trace_out = open_expanded(pattern, rank, "w");
-  if (!trace_out) return;
-  struct timespec rt;
-  clock_gettime(CLOCK_REALTIME, &rt);
-  trace_offset_ns = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - (int64_t)chorus__now_ns();
-  fprintf(trace_out, "[\n");
-  trace_events = 0;
+  pthread_mutex_lock(&trace_mu);
+  FILE* f = pattern[0] && !trace_out ? open_expanded(pattern, rank, "w") : NULL;
+  if (f) {
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    trace_offset_ns = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - (int64_t)chorus__now_ns();
+    fprintf(f, "[\n");
+    trace_events = 0;
+    __atomic_store_n(&trace_out, f, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&trace_mu);
 }
 
 static void close_trace(void) {
-  if (!trace_out) return;
-  fprintf(trace_out, "\n]\n");
-  fclose(trace_out);
-  trace_out = NULL;
+  pthread_mutex_lock(&trace_mu);
+  if (trace_out) {
+    fprintf(trace_out, "\n]\n");
+    fclose(trace_out);
+    __atomic_store_n(&trace_out, NULL, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&trace_mu);
 }
 
 chorus_status_t chorus__trace_comm_init(chorus_comm_t* comm) {
@@ -208,26 +218,27 @@ void chorus__trace_started(chorus_comm_t* comm, chorus_task_t* t) {
 }
 
 static void trace_event(chorus_comm_t* comm, const chorus_task_t* t, uint64_t end_ns, chorus_status_t st) {
-  if (!trace_out) return;
+  if (!__atomic_load_n(&trace_out, __ATOMIC_ACQUIRE)) return;
   uint64_t start = t->start_ns ? t->start_ns : t->post_ns;
-  double ts_us = (double)((int64_t)start + trace_offset_ns) / 1e3;
   const char* op = chorus_op_name(t->args.op);
-  pthread_mutex_lock(&registry_mu);
-  fprintf(trace_out,
-          "%s{\"name\":\"%s\",\"cat\":\"chorus\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
-          "\"args\":{\"seq\":%llu,\"algo\":\"%s\",\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,"
-          "\"bytes\":%zu,\"queued_us\":%.3f,\"status\":\"%s\",\"comm\":\"%016llx\"}}",
-          trace_events++ ? ",\n" : "", chorus__coll_name(t->args.coll), ts_us, (double)(end_ns - start) / 1e3,
-          comm->rank, (int)(comm->comm_id & 0xffff), (unsigned long long)t->seq, t->algo ? t->algo->name : "?", t->args.count,
-          chorus_dtype_name(t->args.dtype), op ? op : "", t->args.root, t->args.count * t->dtype_size,
-          (double)(start - t->post_ns) / 1e3, chorus_status_name(st), (unsigned long long)comm->comm_id);
-  pthread_mutex_unlock(&registry_mu);
+  pthread_mutex_lock(&trace_mu);
+  if (trace_out) /* still open */
+    fprintf(trace_out,
+            "%s{\"name\":\"%s\",\"cat\":\"chorus\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
+            "\"args\":{\"seq\":%llu,\"algo\":\"%s\",\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,"
+            "\"bytes\":%zu,\"queued_us\":%.3f,\"status\":\"%s\",\"comm\":\"%016llx\"}}",
+            trace_events++ ? ",\n" : "", chorus__coll_name(t->args.coll),
+            (double)((int64_t)start + trace_offset_ns) / 1e3, (double)(end_ns - start) / 1e3, comm->rank,
+            (int)(comm->comm_id & 0xffff), (unsigned long long)t->seq, t->algo ? t->algo->name : "?", t->args.count,
+            chorus_dtype_name(t->args.dtype), op ? op : "", t->args.root, t->args.count * t->dtype_size,
+            (double)(start - t->post_ns) / 1e3, chorus_status_name(st), (unsigned long long)comm->comm_id);
+  pthread_mutex_unlock(&trace_mu);
 }
 
 void chorus__trace_finished(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st, uint64_t now) {
-  /* The engine's last reading (at most CLOCK_POLLS polls old) dates the flight recorder: a
-   * clock read costs as much as a tenth of a small call. A trace file gets the exact time. */
-  if (trace_out) now = chorus__now_ns();
+  /* now: the engine's reading (see task_finish in progress.c). A trace file gets the exact
+   * time. */
+  if (__atomic_load_n(&trace_out, __ATOMIC_RELAXED)) now = chorus__now_ns();
   chorus_rec_entry_t* e = entry_of(comm, t);
   if (e) {
     e->end_ns = now;
