@@ -313,8 +313,11 @@ chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, int* q
   chorus_status_t st = enqueue(comm, t, now);
   *queued = st >= 0;
   if (st >= 0) {
-    drive_or_wait(comm, t, now);
-    while (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) == CHORUS_INPROGRESS) drive_or_wait(comm, t, chorus__now_ns());
+    for (;;) { /* the clock is read again only when the call goes on */
+      drive_or_wait(comm, t, now);
+      if (__atomic_load_n(&t->status, __ATOMIC_ACQUIRE) != CHORUS_INPROGRESS) break;
+      now = chorus__now_ns();
+    }
     st = t->status;
   }
   return st;
