@@ -105,9 +105,13 @@ typedef struct {
   int connect_timeout_sec; /* bound on set-up and connections (CHORUS_CONNECT_TIMEOUT_SEC) */
   int nsocks_per_peer;     /* TCP sockets per peer (CHORUS_NSOCKS_PER_PEER) */
   const char* name;        /* a label used in log lines; copied */
+  /* This rank's host identity (overrides CHORUS_HOST_ID and the hostname + boot id): ranks
+   * with equal ids share memory and form one host of the topology. Copied. Lets one process
+   * emulate several hosts (tests), or a job group ranks as it knows best. */
+  const char* host_id;
 } chorus_config_t;
 
-#define CHORUS_CONFIG_INIT {sizeof(chorus_config_t), CHORUS_VERSION_CODE, 0, 0, 0, NULL}
+#define CHORUS_CONFIG_INIT {sizeof(chorus_config_t), CHORUS_VERSION_CODE, 0, 0, 0, NULL, NULL}
 
 /* Passing this color to chorus_comm_split leaves the rank out of every new communicator. */
 #define CHORUS_SPLIT_NOCOLOR (-1)

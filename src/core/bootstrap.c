@@ -153,7 +153,7 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
     goto out;
   }
-  chorus__host_id(me.host_id, sizeof(me.host_id));
+  snprintf(me.host_id, sizeof(me.host_id), "%s", comm->host_id);
   char key[64];
   snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, comm->rank);
   st = chorus__store_set(store, key, &me, sizeof(me));
@@ -331,7 +331,7 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
   chorus_status_t st = (all && infos) ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
   if (st >= 0) st = chorus_allgather(&mine, all, sizeof(mine), CHORUS_UINT8, comm);
   if (st >= 0 && color != CHORUS_SPLIT_NOCOLOR) {
-    chorus__host_id(me.host_id, sizeof(me.host_id));
+    snprintf(me.host_id, sizeof(me.host_id), "%s", comm->host_id);
     snprintf(ip, sizeof(ip), "%s", comm->tp.peers[comm->rank].addr);
     ip[strcspn(ip, ":")] = '\0';
     st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
@@ -367,6 +367,7 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
     c->timeout_sec = comm->timeout_sec;
     c->connect_timeout_sec = comm->connect_timeout_sec;
     c->nsocks = comm->nsocks;
+    memcpy(c->host_id, comm->host_id, sizeof(c->host_id));
     st = chorus__comm_connect(c, listen_fd, sub);
     if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", c->last_error);
   }

@@ -5,6 +5,7 @@
 #include "core/comm.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +101,11 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
     if (cfg->connect_timeout_sec > 0) comm->connect_timeout_sec = cfg->connect_timeout_sec;
     if (cfg->nsocks_per_peer > 0) comm->nsocks = cfg->nsocks_per_peer > 16 ? 16 : cfg->nsocks_per_peer;
     if (cfg->name) snprintf(comm->name, sizeof(comm->name), "%s", cfg->name);
+    /* Fields past the original ones are read only from a config that has them. */
+    if (cfg->size >= offsetof(chorus_config_t, host_id) + sizeof(cfg->host_id) && cfg->host_id)
+      snprintf(comm->host_id, sizeof(comm->host_id), "%s", cfg->host_id);
   }
+  if (!comm->host_id[0]) chorus__host_id(comm->host_id, sizeof(comm->host_id));
   chorus_status_t st = parse_algo_spec(comm, chorus__param_str(CHORUS_PARAM_ALGO), err, sizeof(err));
   if (st < 0) {
     chorus__comm_set_error(comm, "%s", err);
@@ -121,11 +126,10 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
   comm->tp.epfd = comm->tp.wakefd = -1;
   comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
   comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
-  comm->host_of_rank = calloc((size_t)nranks, sizeof(int));
   pthread_mutex_init(&comm->mu, NULL);
   pthread_cond_init(&comm->cv, NULL);
   *out = comm;
-  if (!comm->p2p_send_seq || !comm->p2p_recv_seq || !comm->host_of_rank || chorus__trace_comm_init(comm) < 0 ||
+  if (!comm->p2p_send_seq || !comm->p2p_recv_seq || chorus__trace_comm_init(comm) < 0 ||
       chorus__live_add(comm) < 0) {
     chorus__comm_free(comm);
     return CHORUS_ERR_NO_MEMORY;
@@ -140,7 +144,7 @@ void chorus__comm_free(chorus_comm_t* comm) {
   chorus__transport_destroy(&comm->tp);
   free(comm->p2p_send_seq);
   free(comm->p2p_recv_seq);
-  free(comm->host_of_rank);
+  chorus__topo_free(&comm->topo);
   free(comm->spare_req);
   pthread_mutex_destroy(&comm->mu);
   pthread_cond_destroy(&comm->cv);
@@ -166,41 +170,40 @@ void chorus__host_id(char* out, size_t outlen) {
   snprintf(out, outlen, "%s%s%s", host, boot[0] ? "/" : "", boot);
 }
 
-/* Host index per rank in order of first appearance; local rank/size; host count. */
-static void derive_topology(chorus_comm_t* comm, const chorus_peer_info_t* infos) {
-  comm->host_count = 0;
-  for (int r = 0; r < comm->nranks; r++) {
-    int h = -1;
-    for (int q = 0; q < r && h < 0; q++)
-      if (strcmp(infos[q].host_id, infos[r].host_id) == 0) h = comm->host_of_rank[q];
-    comm->host_of_rank[r] = h >= 0 ? h : comm->host_count++;
-  }
-  comm->local_rank = comm->local_size = 0;
-  for (int r = 0; r < comm->nranks; r++) {
-    if (comm->host_of_rank[r] != comm->host_of_rank[comm->rank]) continue;
-    if (r < comm->rank) comm->local_rank++;
-    comm->local_size++;
-  }
+/* The topology (core/topo) from every rank's host id, and the queries' figures. */
+static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_info_t* infos) {
+  const char** ids = malloc((size_t)comm->nranks * sizeof(*ids));
+  if (!ids) return CHORUS_ERR_NO_MEMORY;
+  for (int r = 0; r < comm->nranks; r++) ids[r] = infos[r].host_id;
+  int rc = chorus__topo_init(&comm->topo, comm->nranks, ids);
+  free(ids);
+  if (rc < 0) return CHORUS_ERR_NO_MEMORY;
+  comm->host_count = comm->topo.nhosts;
+  comm->local_rank = comm->topo.local_of[comm->rank];
+  comm->local_size = comm->topo.host_size[comm->topo.host_of[comm->rank]];
   /* More ranks than CPUs on this host: a waiting rank may hold the core of the rank it waits
    * for, so it yields from its first idle polls on instead of busy-polling first. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   comm->oversubscribed = cpus > 0 && comm->local_size > cpus;
+  return CHORUS_OK;
 }
 
 chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
                                      const chorus_peer_info_t* infos) {
   uint64_t deadline = chorus__now_ns() + (uint64_t)comm->connect_timeout_sec * CHORUS_NS_PER_SEC;
-  chorus_status_t st = chorus__transport_create(&comm->tp, comm->rank, comm->nranks, comm->comm_id);
+  chorus_status_t st = derive_topology(comm, infos);
+  if (st >= 0) st = chorus__transport_create(&comm->tp, comm->rank, comm->nranks, comm->comm_id);
   if (st >= 0)
     st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->secret, deadline);
   if (st >= 0 && comm->shm_enabled)
-    st = chorus__transport_setup_shm(&comm->tp, infos, comm->shm_ring_bytes, comm->shm_slot_bytes, deadline);
+    st = chorus__transport_setup_shm(&comm->tp, chorus__topo_host_group(&comm->topo, comm->topo.host_of[comm->rank], comm->rank),
+                                     comm->shm_ring_bytes, comm->shm_slot_bytes, deadline);
   if (st < 0) {
+    if (st == CHORUS_ERR_NO_MEMORY && !comm->tp.err[0]) snprintf(comm->tp.err, sizeof(comm->tp.err), "out of memory");
     chorus__comm_set_error(comm, "%s", comm->tp.err);
     CH_WARN(comm->rank, "%s", comm->tp.err);
     return st;
   }
-  derive_topology(comm, infos);
   comm->tp.status_answer = chorus__conn_status_answer;
   comm->tp.status_ctx = comm;
   comm->last_activity_ns = chorus__now_ns();

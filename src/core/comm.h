@@ -12,6 +12,7 @@
 #include "algo/algo.h"
 #include "coll/task.h"
 #include "core/store.h"
+#include "core/topo.h"
 #include "core/trace.h"
 #include "transport/transport.h"
 
@@ -24,7 +25,8 @@ struct chorus_req {
 struct chorus_comm {
   int rank, nranks;
   int local_rank, local_size, host_count;
-  int* host_of_rank; /* host index of every rank */
+  chorus_topo_t topo;
+  char host_id[CHORUS_ADDR_LEN]; /* this rank's host identity (config, CHORUS_HOST_ID, or derived) */
   uint64_t comm_id;
   uint8_t secret[CHORUS_SECRET_BYTES];
   char name[64];

@@ -377,12 +377,13 @@ void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen) {
 
 /* ---- verdict across hosts: status frames (frame.h) ---- */
 
-/* Index in this host's segment of every rank (areas are in rank order), -1 for the ranks of
- * other hosts and for all without a segment. */
+/* Index in this host's segment of every rank (its local index), -1 for the ranks of other
+ * hosts and for all without a segment. */
 static void local_indexes(const chorus_comm_t* comm, int* idx) {
-  int next = 0, mine = comm->host_of_rank[comm->rank];
+  const chorus_topo_t* topo = &comm->topo;
+  int mine = topo->host_of[comm->rank];
   for (int r = 0; r < comm->nranks; r++)
-    idx[r] = comm->tp.shm.base && comm->host_of_rank[r] == mine && next < comm->tp.shm.nlocal ? next++ : -1;
+    idx[r] = comm->tp.shm.base && topo->host_of[r] == mine && topo->local_of[r] < comm->tp.shm.nlocal ? topo->local_of[r] : -1;
 }
 
 /* A status frame about `rank`, another rank of this host (index idx in its segment), from the

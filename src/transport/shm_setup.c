@@ -15,17 +15,6 @@
 
 #define SHM_NAME_LEN 64
 
-/* The comm ranks on this rank's host, in rank order; returns how many. */
-static int local_ranks(const chorus_transport_t* tp, const chorus_peer_info_t* infos, int* local, int* my_local) {
-  int n = 0;
-  for (int r = 0; r < tp->nranks; r++) {
-    if (strcmp(infos[r].host_id, infos[tp->rank].host_id) != 0) continue;
-    if (r == tp->rank) *my_local = n;
-    local[n++] = r;
-  }
-  return n;
-}
-
 static int peer_fd(const chorus_transport_t* tp, int peer) { return tp->peers[peer].socks[0].fd; }
 
 static chorus_status_t leader_side(chorus_transport_t* tp, const int* local, int nlocal, size_t ring_bytes,
@@ -72,10 +61,10 @@ static chorus_status_t member_side(chorus_transport_t* tp, int leader, int nloca
   return st;
 }
 
-chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, const chorus_peer_info_t* infos,
-                                            size_t ring_bytes, size_t slot_bytes, uint64_t deadline_ns) {
-  int local[tp->nranks], my_local = 0;
-  int nlocal = local_ranks(tp, infos, local, &my_local);
+chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
+                                            size_t slot_bytes, uint64_t deadline_ns) {
+  const int* local = host.ranks;
+  int nlocal = host.size, my_local = host.me;
   if (nlocal < 2) return CHORUS_OK;
   int verdict = 0;
   chorus_status_t st = my_local == 0 ? leader_side(tp, local, nlocal, ring_bytes, slot_bytes, deadline_ns, &verdict)

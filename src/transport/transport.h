@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 
 #include "core/sock.h"
+#include "core/topo.h"
 #include "transport/shm.h"
 #include "transport/window.h"
 #include "transport/conn.h"
@@ -124,10 +125,11 @@ chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int n
 chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen_fd,
                                               const chorus_peer_info_t* infos, int nsocks,
                                               const uint8_t secret[16], uint64_t deadline_ns);
-/* Maps a shared segment with the other ranks of this host and moves their traffic to it;
- * falls back to TCP (with a warning) when the segment cannot be made. */
-chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, const chorus_peer_info_t* infos,
-                                            size_t ring_bytes, size_t slot_bytes, uint64_t deadline_ns);
+/* Maps a shared segment with the other ranks of this host (`host`: their ranks in rank order,
+ * me = this rank's index) and moves their traffic to it; falls back to TCP (with a warning)
+ * when the segment cannot be made. */
+chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
+                                            size_t slot_bytes, uint64_t deadline_ns);
 /* Moves bytes of every queued transfer until the sockets would block. *moved counts transfers
  * that changed state. Returns < 0 on a transport error (tp->err says what). */
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved);

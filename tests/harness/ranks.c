@@ -30,13 +30,30 @@ struct ranks_group {
   rank_slot_t* slots;
 };
 
+enum { MAX_EMULATED_RANKS = 64 };
+static int emulated_n;
+static int emulated_host_of[MAX_EMULATED_RANKS];
+
+void ranks_set_hosts(int n, const int* host_of) {
+  if (n < 0 || n > MAX_EMULATED_RANKS) FAIL("ranks_set_hosts: %d ranks (at most %d)", n, MAX_EMULATED_RANKS);
+  emulated_n = host_of ? n : 0;
+  for (int r = 0; r < emulated_n; r++) emulated_host_of[r] = host_of[r];
+}
+
 static void* rank_main(void* p) {
   rank_slot_t* slot = p;
   ranks_group_t* g = slot->group;
   test_set_rank(slot->rank);
   chorus_comm_t* comm = NULL;
-  chorus_status_t st =
-      chorus_comm_init(&comm, g->nranks, slot->rank, &g->id, g->has_cfg ? &g->cfg : NULL);
+  chorus_config_t cfg = CHORUS_CONFIG_INIT;
+  if (g->has_cfg) cfg = g->cfg;
+  char host[32];
+  if (emulated_n == g->nranks) {
+    snprintf(host, sizeof(host), "emu%d", emulated_host_of[slot->rank]);
+    cfg.host_id = host;
+  }
+  chorus_status_t st = chorus_comm_init(&comm, g->nranks, slot->rank, &g->id,
+                                        g->has_cfg || emulated_n == g->nranks ? &cfg : NULL);
   if (st != CHORUS_OK)
     FAIL("chorus_comm_init(nranks=%d, rank=%d) returned %s (%s)", g->nranks, slot->rank,
          chorus_status_name(st), chorus_status_str(st));

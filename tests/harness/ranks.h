@@ -20,6 +20,12 @@ int run_ranks(int nranks, ranks_fn fn, void* arg);
 /* The same with a communicator configuration (cfg may be NULL). */
 int run_ranks_cfg(int nranks, const chorus_config_t* cfg, ranks_fn fn, void* arg);
 
+/* Emulated hosts: from now on, every group of n ranks gives rank r the host id "emu<h>" with
+ * h = host_of[r] (copied), so ranks with equal h share memory and the others talk over TCP,
+ * as on a cluster. n = 0 (or host_of NULL) goes back to one host. Call it while no rank
+ * thread runs. */
+void ranks_set_hosts(int n, const int* host_of);
+
 /* Two-step form, to drive several groups (several communicators) at the same time, or to go
  * on after soft failures: ranks_join returns the number of ranks whose fn returned nonzero. */
 typedef struct ranks_group ranks_group_t;
