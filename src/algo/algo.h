@@ -9,8 +9,35 @@
 #define CHORUS_ALGO_H
 
 #include "coll/task.h"
+#include "core/topo.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
+
+/* One run of an engine (ring, binomial, ...): a rank group inside the communicator with its
+ * own buffers, count, reduction, root and tags. The registry's entries run an engine over the
+ * whole communicator (chorus__sched_of_task); a two-level algorithm runs several over host
+ * groups and rails, as phases of one task. Members are group indexes throughout; the engine
+ * maps them to communicator ranks only when it posts. */
+typedef struct {
+  chorus_group_t group;
+  const void* sendbuf;
+  void* recvbuf;
+  size_t count;         /* as chorus_coll_args_t.count for the collective the engine runs */
+  chorus_dtype_t dtype;
+  size_t elem_bytes;
+  chorus_op_t op;
+  int root;             /* group index */
+  int avg_divisor;      /* op AVG: final sums are divided by this; 0: left undivided (a phase) */
+  uint32_t tag_base;    /* added to every tag: phases of one task never match each other */
+  size_t chunk_bytes;   /* pipelining unit */
+  /* Block-layout collectives (reduce_scatter, allgather): member i owns block block_of[i] of
+   * the n-block buffer (NULL: block i). Must outlive the run. */
+  const int* block_of;
+} chorus_sched_t;
+
+/* The schedule of a whole-communicator call over `group` (the task's own arguments, root
+ * translated to its group index; avg divided by the communicator size). */
+void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_sched_t* s);
 
 /* Link figures the cost model uses: startup latency and bandwidth of one transfer. */
 typedef struct {

@@ -31,6 +31,24 @@ static inline chorus_status_t chorus__algo_post(chorus_task_t* t, chorus_algo_xf
   return chorus__conn_irecv(t, peer, (void*)buf, nbytes, tag, &ax->x);
 }
 
+/* chorus__algo_post to or from group member `member` of schedule s, with s's tag base. */
+static inline chorus_status_t chorus__sched_post(chorus_task_t* t, const chorus_sched_t* s, chorus_algo_xfer_t* ax,
+                                                 int is_send, int member, const void* buf, size_t nbytes,
+                                                 uint32_t tag) {
+  return chorus__algo_post(t, ax, is_send, chorus__group_rank(&s->group, member), buf, nbytes, s->tag_base + tag);
+}
+
+/* Chunks of at most s->chunk_bytes, in whole elements (at least one). */
+static inline size_t chorus__sched_chunk_elems(const chorus_sched_t* s) {
+  size_t elems = s->elem_bytes ? s->chunk_bytes / s->elem_bytes : 0;
+  return elems ? elems : 1;
+}
+
+/* Divides a finished chunk for AVG when this schedule is the one that divides. */
+static inline void chorus__sched_avg_finish(const chorus_sched_t* s, void* dst, size_t elems) {
+  if (s->op == CHORUS_AVG && s->avg_divisor > 0) chorus__reduce_avg_finish(dst, elems, s->dtype, s->avg_divisor);
+}
+
 static inline int chorus__algo_done(const chorus_algo_xfer_t* ax) {
   return ax->skipped || chorus__xfer_done(&ax->x);
 }

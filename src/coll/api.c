@@ -46,6 +46,7 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
   t->comm = comm;
   t->rank = comm->rank;
   t->nranks = comm->nranks;
+  t->topo = &comm->topo;
   t->dtype_size = chorus_dtype_size(a->dtype);
   t->chunk_bytes = comm->chunk_bytes;
   t->blocking = blocking;

@@ -71,6 +71,7 @@ typedef struct chorus_task {
 
   int rank;           /* the caller's rank in comm */
   int nranks;         /* comm size */
+  const struct chorus_topo_s* topo; /* the communicator's topology (core/topo.h) */
   size_t dtype_size;  /* bytes per element */
   size_t chunk_bytes; /* pipelining unit (CHORUS_BUFF_SIZE), a multiple of 64 bytes */
 

@@ -19,7 +19,7 @@ typedef struct {
 
 static inline int chorus__group_rank(const chorus_group_t* g, int i) { return g->ranks ? g->ranks[i] : i; }
 
-typedef struct {
+typedef struct chorus_topo_s {
   int nranks, nhosts;
   int max_local;  /* ranks on the most populated host */
   int uniform;    /* every host has max_local ranks */

@@ -823,6 +823,18 @@ void mx_run_tcp(chorus_coll_t coll, int nranks) {
   set_env_list(tcp_env, 1);
 }
 
+/* Emulated hosts: the small counts and two chunked ones (4 KiB chunks), roots rotating. */
+static const char* const hosts_env[] = {"CHORUS_BUFF_SIZE=4096", NULL};
+static const size_t hosts_counts[] = {0, 1, 7, 1023, 20011};
+
+void mx_run_hosts(chorus_coll_t coll, int nranks, const int* host_of) {
+  set_env_list(hosts_env, 0);
+  ranks_set_hosts(nranks, host_of);
+  mx_run_matrix(coll, nranks, hosts_counts, sizeof(hosts_counts) / sizeof(hosts_counts[0]), MX_ROTATE_ROOTS);
+  ranks_set_hosts(0, NULL);
+  set_env_list(hosts_env, 1);
+}
+
 void mx_run_small(chorus_coll_t coll, int nranks) {
   mx_run_matrix(coll, nranks, mx_small_counts, sizeof(mx_small_counts) / sizeof(mx_small_counts[0]),
                 0);

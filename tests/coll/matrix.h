@@ -121,4 +121,8 @@ void mx_run_chunked(chorus_coll_t coll, int nranks);
  * rotate. */
 void mx_run_tcp(chorus_coll_t coll, int nranks);
 
+/* Ranks on emulated hosts (rank r on host host_of[r]: shared memory inside a host, TCP
+ * between hosts): counts {0, 1, 7, 1023, 20011} with 4 KiB chunks, roots rotating. */
+void mx_run_hosts(chorus_coll_t coll, int nranks, const int* host_of);
+
 #endif /* CHORUS_TEST_MATRIX_H */

@@ -4,6 +4,9 @@
  * The data is n segments, each cut into K chunks of at most chunk_bytes; a unit u = s*K + c is
  * chunk c of step s. Sends and receives are both posted in increasing u with tag u, so the
  * k-th message of a pair is the same unit on both ends. Zero-byte units are skipped by both.
+ * The ring is a group (chorus_sched_t): r, n, next and prev are member indexes, mapped to
+ * communicator ranks only when posting; the registry's entries run it over the host-ordered
+ * ring, so that only H of the n links cross hosts whatever the rank numbering.
  */
 #include "algo/ring/ring.h"
 
@@ -36,9 +39,10 @@
  * when a send completes only once its receive is posted.
  */
 
-typedef struct {
+struct chorus_ring {
+  chorus_sched_t s;
   chorus_ring_kind_t kind;
-  int nranks, rank, next, prev;
+  int nranks, rank, next, prev; /* member indexes */
   size_t elem_bytes;
   chorus_dtype_t dtype;
   chorus_op_t op;
@@ -68,7 +72,8 @@ typedef struct {
   char* copy_dst;
   const char* copy_src;
   size_t copy_bytes;
-} ring_t;
+};
+typedef struct chorus_ring ring_t;
 
 /* ---- geometry ---- */
 
@@ -79,8 +84,10 @@ static int step_seg(const ring_t* g, size_t step, int offset) {
 static int send_seg(const ring_t* g, size_t step) { return step_seg(g, step, 0); }
 static int recv_seg(const ring_t* g, size_t step) { return step_seg(g, step, -1); }
 
+/* Segment seg is block block_of[seg] of a block-layout buffer (reduce_scatter, allgather;
+ * equal blocks); allreduce's segments are its own, in member order. */
 static size_t seg_first_elem(const ring_t* g, int seg) {
-  size_t i = (size_t)seg;
+  size_t i = (size_t)(g->s.block_of ? g->s.block_of[seg] : seg);
   return i * g->seg_base_elems + chorus__min_sz(i, g->seg_rem);
 }
 
@@ -138,7 +145,7 @@ static void reduce_unit(const ring_t* g, size_t unit) {
   if (g->kind == CHORUS_RING_ALLREDUCE) dst = seg_chunk(g, g->recvbuf, seg, chunk);
   else if (last) dst = block_chunk(g, g->recvbuf, chunk);
   g->reduce(dst, scratch, mine, elems);
-  if (last && g->op == CHORUS_AVG) chorus__reduce_avg_finish(dst, elems, g->dtype, g->nranks);
+  if (last) chorus__sched_avg_finish(&g->s, dst, elems);
 }
 
 /* ---- dependencies ---- */
@@ -173,8 +180,7 @@ static chorus_status_t post_recvs(chorus_task_t* t, ring_t* g, int* moved) {
     size_t nbytes =
         unit_elems(g, recv_seg(g, unit / g->nchunks), unit % g->nchunks) * g->elem_bytes;
     chorus_algo_xfer_t* ax = &g->recv_xfers[unit % g->nrecv_xfers];
-    chorus_status_t st =
-        chorus__algo_post(t, ax, 0, g->prev, recv_dst(g, unit), nbytes, (uint32_t)unit);
+    chorus_status_t st = chorus__sched_post(t, &g->s, ax, 0, g->prev, recv_dst(g, unit), nbytes, (uint32_t)unit);
     if (st < 0) return st;
     g->recvs_posted++;
     *moved = 1;
@@ -188,8 +194,7 @@ static chorus_status_t post_sends(chorus_task_t* t, ring_t* g, int* moved) {
     size_t nbytes =
         unit_elems(g, send_seg(g, unit / g->nchunks), unit % g->nchunks) * g->elem_bytes;
     chorus_algo_xfer_t* ax = &g->send_xfers[unit % g->nsend_xfers];
-    chorus_status_t st =
-        chorus__algo_post(t, ax, 1, g->next, send_src(g, unit), nbytes, (uint32_t)unit);
+    chorus_status_t st = chorus__sched_post(t, &g->s, ax, 1, g->next, send_src(g, unit), nbytes, (uint32_t)unit);
     if (st < 0) return st;
     g->sends_posted++;
     *moved = 1;
@@ -217,8 +222,7 @@ static int reap_one_recv(ring_t* g) {
   return 1;
 }
 
-chorus_status_t chorus__ring_progress(chorus_task_t* t) {
-  ring_t* g = t->state;
+chorus_status_t chorus__ring_step(chorus_task_t* t, ring_t* g) {
   int moved;
   do {
     moved = 0;
@@ -233,15 +237,14 @@ chorus_status_t chorus__ring_progress(chorus_task_t* t) {
     moved |= reap_sends(g);
     moved |= reap_one_recv(g);
   } while (moved);
-  t->step = g->recvs_done;
   if (g->recvs_done == g->nunits && g->sends_done == g->nunits) return CHORUS_OK;
   return CHORUS_INPROGRESS;
 }
 
 /* ---- set-up ---- */
 
-static void set_geometry(ring_t* g, const chorus_task_t* t) {
-  size_t n = (size_t)t->nranks, count = t->args.count;
+static void set_geometry(ring_t* g) {
+  size_t n = (size_t)g->nranks, count = g->s.count;
   size_t nsteps = n - 1;
   if (g->kind == CHORUS_RING_ALLREDUCE) {
     g->seg_base_elems = count / n;
@@ -253,20 +256,20 @@ static void set_geometry(ring_t* g, const chorus_task_t* t) {
     g->rs_steps = g->kind == CHORUS_RING_REDUCE_SCATTER ? n - 1 : 0;
   }
   g->seg_shift = g->kind == CHORUS_RING_REDUCE_SCATTER ? -1 : 0;
-  g->chunk_elems = chorus__chunk_elems(t);
+  g->chunk_elems = chorus__sched_chunk_elems(&g->s);
   size_t max_seg_elems = g->seg_base_elems + (g->seg_rem ? 1 : 0);
   g->nchunks = chorus__div_up(max_seg_elems, g->chunk_elems);
   g->nunits = nsteps * g->nchunks;
 }
 
-static void set_local_copy(ring_t* g, const chorus_task_t* t) {
-  size_t bytes = t->args.count * g->elem_bytes;
-  if (g->nranks == 1) {
+static void set_local_copy(ring_t* g) {
+  size_t bytes = g->s.count * g->elem_bytes;
+  if (g->kind == CHORUS_RING_ALLGATHER) {
+    g->copy_pending = 1;
+    g->copy_dst = g->recvbuf + seg_first_elem(g, g->rank) * g->elem_bytes;
+  } else if (g->nranks == 1) {
     g->copy_pending = 1;
     g->copy_dst = g->recvbuf;
-  } else if (g->kind == CHORUS_RING_ALLGATHER) {
-    g->copy_pending = 1;
-    g->copy_dst = g->recvbuf + (size_t)g->rank * bytes;
   }
   g->copy_src = g->sendbuf;
   g->copy_bytes = bytes;
@@ -298,20 +301,22 @@ static void ring_free(ring_t* g) {
   free(g);
 }
 
-chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind) {
-  if (t->nranks < 1 || t->dtype_size == 0) return CHORUS_ERR_INVALID_ARG;
+chorus_status_t chorus__ring_start(const chorus_sched_t* s, chorus_ring_kind_t kind, ring_t** out) {
+  *out = NULL;
+  if (s->group.size < 1 || s->group.me < 0 || s->elem_bytes == 0) return CHORUS_ERR_INVALID_ARG;
   ring_t* g = calloc(1, sizeof(*g));
   if (!g) return CHORUS_ERR_NO_MEMORY;
+  g->s = *s;
   g->kind = kind;
-  g->nranks = t->nranks;
-  g->rank = t->rank;
-  g->next = (t->rank + 1) % t->nranks;
-  g->prev = (t->rank + t->nranks - 1) % t->nranks;
-  g->elem_bytes = t->dtype_size;
-  g->dtype = t->args.dtype;
-  g->op = t->args.op;
-  g->sendbuf = t->args.sendbuf;
-  g->recvbuf = t->args.recvbuf;
+  g->nranks = s->group.size;
+  g->rank = s->group.me;
+  g->next = (g->rank + 1) % g->nranks;
+  g->prev = (g->rank + g->nranks - 1) % g->nranks;
+  g->elem_bytes = s->elem_bytes;
+  g->dtype = s->dtype;
+  g->op = s->op;
+  g->sendbuf = s->sendbuf;
+  g->recvbuf = s->recvbuf;
   if (kind != CHORUS_RING_ALLGATHER) {
     g->reduce = chorus__algo_reduce_fn(g->dtype, g->op);
     if (!g->reduce) {
@@ -319,15 +324,38 @@ chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind) {
       return CHORUS_ERR_NOT_SUPPORTED;
     }
   }
-  set_geometry(g, t);
-  set_local_copy(g, t);
+  set_geometry(g);
+  set_local_copy(g);
   chorus_status_t st = alloc_buffers(g);
   if (st < 0) {
     ring_free(g);
     return st;
   }
-  t->state = g;
+  *out = g;
   return CHORUS_OK;
+}
+
+size_t chorus__ring_units_done(const ring_t* g) { return g->recvs_done; }
+
+void chorus__ring_free(ring_t* g) { ring_free(g); }
+
+/* ---- the registry's adapters: the whole communicator on its host-ordered ring ---- */
+
+chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind) {
+  chorus_sched_t s;
+  chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
+  /* Block collectives keep their layout: the member at ring position i owns its rank's block. */
+  if (kind != CHORUS_RING_ALLREDUCE) s.block_of = s.group.ranks;
+  ring_t* g = NULL;
+  chorus_status_t st = chorus__ring_start(&s, kind, &g);
+  t->state = g;
+  return st;
+}
+
+chorus_status_t chorus__ring_progress(chorus_task_t* t) {
+  chorus_status_t st = chorus__ring_step(t, t->state);
+  t->step = chorus__ring_units_done(t->state);
+  return st;
 }
 
 void chorus__ring_fini(chorus_task_t* t) {

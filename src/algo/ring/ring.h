@@ -26,6 +26,14 @@ typedef enum {
   CHORUS_RING_ALLGATHER       /* n blocks of count elements; rank r contributes block r */
 } chorus_ring_kind_t;
 
+/* The engine, over any group: start, step until OK (or < 0), free (NULL-safe). */
+typedef struct chorus_ring chorus_ring_t;
+chorus_status_t chorus__ring_start(const chorus_sched_t* s, chorus_ring_kind_t kind, chorus_ring_t** out);
+chorus_status_t chorus__ring_step(chorus_task_t* t, chorus_ring_t* ring);
+size_t chorus__ring_units_done(const chorus_ring_t* ring);
+void chorus__ring_free(chorus_ring_t* ring);
+
+/* The registry entries' init/progress/fini: the whole communicator on its host-ordered ring. */
 chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind);
 chorus_status_t chorus__ring_progress(chorus_task_t* t);
 void chorus__ring_fini(chorus_task_t* t);
