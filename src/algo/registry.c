@@ -8,8 +8,8 @@
 #include "algo/algos.h"
 
 const chorus_algo_t* const chorus__algos[] = {
-    &chorus__algo_ring_allreduce,        &chorus__algo_tree_broadcast,
-    &chorus__algo_tree_reduce,           &chorus__algo_ring_allgather,
+    &chorus__algo_ring_allreduce,        &chorus__algo_binomial_broadcast,
+    &chorus__algo_binomial_reduce,           &chorus__algo_ring_allgather,
     &chorus__algo_ring_reduce_scatter,   &chorus__algo_pairwise_alltoall,
     &chorus__algo_linear_gather,         &chorus__algo_linear_scatter,
     &chorus__algo_dissemination_barrier, &chorus__algo_direct_send,

@@ -37,7 +37,7 @@ static int force_everywhere(chorus_comm_t* comm, const char* name) {
 }
 
 /* CHORUS_ALGO: a list of "name" (every collective) and "collective:name" items, applied left
- * to right: "ring", "allreduce:ring,broadcast:tree", "ring,barrier:dissemination". */
+ * to right: "ring", "allreduce:ring,broadcast:binomial", "ring,barrier:dissemination". */
 static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, char* err, size_t errlen) {
   snprintf(comm->algo_spec, sizeof(comm->algo_spec), "%s", spec);
   char buf[256];

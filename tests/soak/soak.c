@@ -60,7 +60,7 @@ typedef struct {
 enum { COMM_DEFAULT, COMM_MSG, COMM_SHM, COMM_TCP, NCOMMS };
 static const comm_setup_t kComms[NCOMMS] = {
     {"default", "", "262144", "0", "1048576", 1, 0},
-    {"msg", "allreduce:ring,allgather:ring,reduce_scatter:ring,broadcast:tree,reduce:tree,barrier:dissemination",
+    {"msg", "allreduce:ring,allgather:ring,reduce_scatter:ring,broadcast:binomial,reduce:binomial,barrier:dissemination",
      "4096", "0", "1048576", 1, 0},
     {"shm", "allreduce:shm,reduce_scatter:shm,allgather:shm,broadcast:shm,reduce:shm,barrier:shm", "65536", "0",
      "65536", 1, 1},

@@ -231,6 +231,8 @@ chorus_status_t chorus__ring_step(chorus_task_t* t, ring_t* g) {
     if (st < 0) return st;
     if (g->copy_pending) { /* after the first posts, so the copy overlaps the transfers */
       chorus__algo_copy(g->copy_dst, g->copy_src, g->copy_bytes);
+      /* A one-member group's result is its input, divided when it is the whole avg. */
+      if (g->nranks == 1 && g->kind != CHORUS_RING_ALLGATHER) chorus__sched_avg_finish(&g->s, g->copy_dst, g->s.count);
       g->copy_pending = 0;
       moved = 1;
     }

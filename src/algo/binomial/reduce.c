@@ -1,5 +1,6 @@
 /*
- * tree/reduce.c - binomial-tree reduce, chunk-pipelined, rooted at args.root.
+ * binomial/reduce.c - binomial-tree reduce, chunk-pipelined, rooted at the root member; the
+ * registry entry runs it over the host-ordered ring, so subtrees stay inside hosts.
  *
  * Steps: the buffer is cut into C chunks of at most chunk_bytes. A leaf sends its sendbuf
  * chunks to its parent. An inner rank receives chunk c from every child into per-child scratch
@@ -17,9 +18,10 @@
 
 #include "algo/algos.h"
 #include "algo/common.h"
-#include "algo/tree/tree.h"
+#include "algo/binomial/binomial.h"
 
-typedef struct {
+struct chorus_treduce {
+  chorus_sched_t s;
   chorus_binomial_t tree;
   int is_root, nranks;
   chorus_dtype_t dtype;
@@ -37,7 +39,8 @@ typedef struct {
   size_t reduced;      /* chunks reduced, in order */
   size_t sends_posted, sends_done;
   int copy_pending; /* n == 1 */
-} treduce_t;
+};
+typedef struct chorus_treduce treduce_t;
 
 static size_t chunk_elems_at(const treduce_t* r, size_t chunk) {
   return chorus__min_sz(r->chunk_elems, r->count - chunk * r->chunk_elems);
@@ -62,7 +65,7 @@ static chorus_status_t post_recvs(chorus_task_t* t, treduce_t* r, int* moved) {
          r->recvs_posted < r->reduced + r->window) {
     size_t c = r->recvs_posted, nbytes = chunk_elems_at(r, c) * r->elem_bytes;
     for (int j = 0; j < r->tree.nchildren; j++) {
-      chorus_status_t st = chorus__algo_post(t, recv_xfer(r, j, c), 0, r->tree.children[j],
+      chorus_status_t st = chorus__sched_post(t, &r->s, recv_xfer(r, j, c), 0, r->tree.children[j],
                                              recv_slot(r, j, c), nbytes, (uint32_t)c);
       if (st < 0) return st;
     }
@@ -87,8 +90,7 @@ static void reduce_chunk(treduce_t* r, size_t chunk) {
   char* dst = r->is_root ? r->recvbuf + first_byte : (char*)up_data(r, chunk);
   r->reduce(dst, recv_slot(r, 0, chunk), r->sendbuf + first_byte, elems);
   for (int j = 1; j < r->tree.nchildren; j++) r->reduce(dst, dst, recv_slot(r, j, chunk), elems);
-  if (r->is_root && r->op == CHORUS_AVG)
-    chorus__reduce_avg_finish(dst, elems, r->dtype, r->nranks);
+  if (r->is_root) chorus__sched_avg_finish(&r->s, dst, elems);
 }
 
 static int reduce_ready(treduce_t* r) {
@@ -105,7 +107,7 @@ static chorus_status_t post_sends(chorus_task_t* t, treduce_t* r, int* moved) {
   size_t ready = r->tree.nchildren == 0 ? r->nchunks : r->reduced;
   while (!r->is_root && r->sends_posted < ready && r->sends_posted < r->sends_done + r->window) {
     size_t c = r->sends_posted;
-    chorus_status_t st = chorus__algo_post(t, &r->send_xfers[c % r->window], 1, r->tree.parent,
+    chorus_status_t st = chorus__sched_post(t, &r->s, &r->send_xfers[c % r->window], 1, r->tree.parent,
                                            up_data(r, c), chunk_elems_at(r, c) * r->elem_bytes,
                                            (uint32_t)c);
     if (st < 0) return st;
@@ -131,10 +133,10 @@ static int finished(const treduce_t* r) {
   return r->sends_done == r->nchunks;
 }
 
-static chorus_status_t tree_reduce_progress(chorus_task_t* t) {
-  treduce_t* r = t->state;
+chorus_status_t chorus__binomial_reduce_step(chorus_task_t* t, treduce_t* r) {
   if (r->copy_pending) { /* n == 1: the result is the input */
     chorus__algo_copy(r->recvbuf, r->sendbuf, r->count * r->elem_bytes);
+    chorus__sched_avg_finish(&r->s, r->recvbuf, r->count);
     r->copy_pending = 0;
   }
   int moved;
@@ -146,7 +148,6 @@ static chorus_status_t tree_reduce_progress(chorus_task_t* t) {
     moved |= reap_sends(r);
     moved |= reduce_ready(r);
   } while (moved);
-  t->step = r->is_root ? r->reduced : r->sends_done;
   return finished(r) ? CHORUS_OK : CHORUS_INPROGRESS;
 }
 
@@ -164,55 +165,81 @@ static chorus_status_t alloc_buffers(treduce_t* r) {
   return CHORUS_OK;
 }
 
-static void tree_reduce_fini(chorus_task_t* t) {
-  treduce_t* r = t->state;
+void chorus__binomial_reduce_free(treduce_t* r) {
   if (r) {
     free(r->recv_slots);
     free(r->recv_xfers);
   }
   free(r);
-  t->state = NULL;
 }
 
-static chorus_status_t tree_reduce_init(chorus_task_t* t) {
-  chorus_reduce_fn fn = chorus__algo_reduce_fn(t->args.dtype, t->args.op);
+chorus_status_t chorus__binomial_reduce_start(const chorus_sched_t* s, treduce_t** out) {
+  *out = NULL;
+  chorus_reduce_fn fn = chorus__algo_reduce_fn(s->dtype, s->op);
   if (!fn) return CHORUS_ERR_NOT_SUPPORTED;
   treduce_t* r = calloc(1, sizeof(*r));
   if (!r) return CHORUS_ERR_NO_MEMORY;
-  chorus__binomial_init(&r->tree, t->rank, t->nranks, t->args.root);
-  r->is_root = t->rank == t->args.root;
-  r->nranks = t->nranks;
-  r->dtype = t->args.dtype;
-  r->op = t->args.op;
+  r->s = *s;
+  chorus__binomial_init(&r->tree, s->group.me, s->group.size, s->root);
+  r->is_root = s->group.me == s->root;
+  r->nranks = s->group.size;
+  r->dtype = s->dtype;
+  r->op = s->op;
   r->reduce = fn;
-  r->sendbuf = t->args.sendbuf;
-  r->recvbuf = t->args.recvbuf;
-  r->elem_bytes = t->dtype_size;
-  r->count = t->args.count;
-  r->chunk_elems = chorus__chunk_elems(t);
+  r->sendbuf = s->sendbuf;
+  r->recvbuf = s->recvbuf;
+  r->elem_bytes = s->elem_bytes;
+  r->count = s->count;
+  r->chunk_elems = chorus__sched_chunk_elems(s);
   r->nchunks = chorus__div_up(r->count, r->chunk_elems);
   r->window = CHORUS_TREE_WINDOW;
   r->slot_bytes = chorus__min_sz(r->chunk_elems, r->count) * r->elem_bytes;
-  r->copy_pending = t->nranks == 1;
-  t->state = r;
+  r->copy_pending = r->nranks == 1;
   chorus_status_t st = alloc_buffers(r);
-  if (st < 0) tree_reduce_fini(t);
+  if (st < 0) {
+    chorus__binomial_reduce_free(r);
+    return st;
+  }
+  *out = r;
+  return CHORUS_OK;
+}
+
+/* ---- the registry entry: the whole communicator on its host-ordered ring ---- */
+
+static chorus_status_t binomial_reduce_init(chorus_task_t* t) {
+  chorus_sched_t s;
+  chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
+  treduce_t* r = NULL;
+  chorus_status_t st = chorus__binomial_reduce_start(&s, &r);
+  t->state = r;
   return st;
 }
 
-static double tree_reduce_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static chorus_status_t binomial_reduce_progress(chorus_task_t* t) {
+  treduce_t* r = t->state;
+  chorus_status_t st = chorus__binomial_reduce_step(t, r);
+  t->step = r->is_root ? r->reduced : r->sends_done;
+  return st;
+}
+
+static void binomial_reduce_fini(chorus_task_t* t) {
+  chorus__binomial_reduce_free(t->state);
+  t->state = NULL;
+}
+
+static double binomial_reduce_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
   double levels = chorus__ceil_log2(t->nranks);
   double bytes = (double)t->args.count * (double)t->dtype_size;
   return levels * link->alpha_us + levels * bytes / link->bytes_per_us;
 }
 
-const chorus_algo_t chorus__algo_tree_reduce = {
-    .name = "tree",
+const chorus_algo_t chorus__algo_binomial_reduce = {
+    .name = "binomial",
     .desc = "chunk-pipelined binomial tree towards the root, ceil(log2 n) levels",
     .coll = CH_COLL_REDUCE,
     .supported = chorus__algo_reduce_supported,
-    .cost_us = tree_reduce_cost_us,
-    .init = tree_reduce_init,
-    .progress = tree_reduce_progress,
-    .fini = tree_reduce_fini,
+    .cost_us = binomial_reduce_cost_us,
+    .init = binomial_reduce_init,
+    .progress = binomial_reduce_progress,
+    .fini = binomial_reduce_fini,
 };

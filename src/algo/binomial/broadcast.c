@@ -1,5 +1,6 @@
 /*
- * tree/broadcast.c - binomial-tree broadcast, chunk-pipelined, rooted at args.root.
+ * binomial/broadcast.c - binomial-tree broadcast, chunk-pipelined, rooted at the root member;
+ * the registry entry runs it over the host-ordered ring, so subtrees stay inside hosts.
  *
  * Steps: the buffer is cut into C chunks of at most chunk_bytes. A non-root rank receives
  * chunk c from its parent straight into recvbuf and forwards it to each child as soon as it has
@@ -16,9 +17,10 @@
 
 #include "algo/algos.h"
 #include "algo/common.h"
-#include "algo/tree/tree.h"
+#include "algo/binomial/binomial.h"
 
-typedef struct {
+struct chorus_bcast {
+  chorus_sched_t s;
   chorus_binomial_t tree;
   int is_root;
   const char* src; /* what this rank forwards: the root's sendbuf, elsewhere recvbuf */
@@ -31,7 +33,8 @@ typedef struct {
   size_t sends_posted[CHORUS_TREE_MAX_CHILDREN];
   size_t sends_done[CHORUS_TREE_MAX_CHILDREN];
   int copy_pending; /* the root's own copy */
-} bcast_t;
+};
+typedef struct chorus_bcast bcast_t;
 
 static size_t chunk_len(const bcast_t* b, size_t chunk) {
   return chorus__min_sz(b->chunk_bytes, b->total_bytes - chunk * b->chunk_bytes);
@@ -42,7 +45,7 @@ static chorus_status_t post_recvs(chorus_task_t* t, bcast_t* b, int* moved) {
          b->recvs_posted < b->recvs_done + b->window) {
     size_t c = b->recvs_posted;
     chorus_algo_xfer_t* ax = &b->recv_xfers[c % b->window];
-    chorus_status_t st = chorus__algo_post(t, ax, 0, b->tree.parent,
+    chorus_status_t st = chorus__sched_post(t, &b->s, ax, 0, b->tree.parent,
                                            b->recvbuf + c * b->chunk_bytes, chunk_len(b, c),
                                            (uint32_t)c);
     if (st < 0) return st;
@@ -63,7 +66,7 @@ static chorus_status_t post_sends(chorus_task_t* t, bcast_t* b, int child, int* 
   while (*posted < b->nchunks && *posted < b->sends_done[child] + b->window &&
          have_chunk(b, *posted)) {
     size_t c = *posted;
-    chorus_status_t st = chorus__algo_post(t, &ring[c % b->window], 1, b->tree.children[child],
+    chorus_status_t st = chorus__sched_post(t, &b->s, &ring[c % b->window], 1, b->tree.children[child],
                                            b->src + c * b->chunk_bytes, chunk_len(b, c),
                                            (uint32_t)c);
     if (st < 0) return st;
@@ -98,8 +101,7 @@ static int finished(const bcast_t* b) {
   return 1;
 }
 
-static chorus_status_t tree_broadcast_progress(chorus_task_t* t) {
-  bcast_t* b = t->state;
+chorus_status_t chorus__binomial_bcast_step(chorus_task_t* t, bcast_t* b) {
   int moved;
   do {
     moved = 0;
@@ -114,20 +116,21 @@ static chorus_status_t tree_broadcast_progress(chorus_task_t* t) {
     }
     moved |= reap(b);
   } while (moved);
-  t->step = b->recvs_done;
   return finished(b) ? CHORUS_OK : CHORUS_INPROGRESS;
 }
 
-static chorus_status_t tree_broadcast_init(chorus_task_t* t) {
+chorus_status_t chorus__binomial_bcast_start(const chorus_sched_t* s, bcast_t** out) {
+  *out = NULL;
   bcast_t* b = calloc(1, sizeof(*b));
   if (!b) return CHORUS_ERR_NO_MEMORY;
-  chorus__binomial_init(&b->tree, t->rank, t->nranks, t->args.root);
-  b->is_root = t->rank == t->args.root;
-  b->recvbuf = t->args.recvbuf;
-  b->src = b->is_root ? t->args.sendbuf : t->args.recvbuf;
+  b->s = *s;
+  chorus__binomial_init(&b->tree, s->group.me, s->group.size, s->root);
+  b->is_root = s->group.me == s->root;
+  b->recvbuf = s->recvbuf;
+  b->src = b->is_root ? s->sendbuf : s->recvbuf;
   b->copy_pending = b->is_root;
-  b->total_bytes = t->args.count * t->dtype_size;
-  b->chunk_bytes = chorus__chunk_elems(t) * t->dtype_size;
+  b->total_bytes = s->count * s->elem_bytes;
+  b->chunk_bytes = chorus__sched_chunk_elems(s) * s->elem_bytes;
   b->nchunks = chorus__div_up(b->total_bytes, b->chunk_bytes);
   b->window = CHORUS_TREE_WINDOW;
   b->recv_xfers = calloc((size_t)(1 + b->tree.nchildren) * b->window, sizeof(*b->recv_xfers));
@@ -136,30 +139,51 @@ static chorus_status_t tree_broadcast_init(chorus_task_t* t) {
     return CHORUS_ERR_NO_MEMORY;
   }
   b->send_xfers = b->recv_xfers + b->window;
-  t->state = b;
+  *out = b;
   return CHORUS_OK;
 }
 
-static void tree_broadcast_fini(chorus_task_t* t) {
-  bcast_t* b = t->state;
+void chorus__binomial_bcast_free(bcast_t* b) {
   if (b) free(b->recv_xfers);
   free(b);
+}
+
+/* ---- the registry entry: the whole communicator on its host-ordered ring ---- */
+
+static chorus_status_t binomial_broadcast_init(chorus_task_t* t) {
+  chorus_sched_t s;
+  chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
+  bcast_t* b = NULL;
+  chorus_status_t st = chorus__binomial_bcast_start(&s, &b);
+  t->state = b;
+  return st;
+}
+
+static chorus_status_t binomial_broadcast_progress(chorus_task_t* t) {
+  bcast_t* b = t->state;
+  chorus_status_t st = chorus__binomial_bcast_step(t, b);
+  t->step = b->recvs_done;
+  return st;
+}
+
+static void binomial_broadcast_fini(chorus_task_t* t) {
+  chorus__binomial_bcast_free(t->state);
   t->state = NULL;
 }
 
-static double tree_broadcast_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static double binomial_broadcast_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
   double levels = chorus__ceil_log2(t->nranks);
   double bytes = (double)t->args.count * (double)t->dtype_size;
   return levels * link->alpha_us + levels * bytes / link->bytes_per_us;
 }
 
-const chorus_algo_t chorus__algo_tree_broadcast = {
-    .name = "tree",
+const chorus_algo_t chorus__algo_binomial_broadcast = {
+    .name = "binomial",
     .desc = "chunk-pipelined binomial tree from the root, ceil(log2 n) levels",
     .coll = CH_COLL_BROADCAST,
     .supported = NULL,
-    .cost_us = tree_broadcast_cost_us,
-    .init = tree_broadcast_init,
-    .progress = tree_broadcast_progress,
-    .fini = tree_broadcast_fini,
+    .cost_us = binomial_broadcast_cost_us,
+    .init = binomial_broadcast_init,
+    .progress = binomial_broadcast_progress,
+    .fini = binomial_broadcast_fini,
 };

@@ -1,0 +1,55 @@
+/*
+ * binomial.h - the binomial tree shared by binomial broadcast and reduce, over any group
+ * (members, not ranks), rooted anywhere by relabelling: vrank = (member - root) mod n. The parent of vrank v > 0 is v minus its
+ * lowest set bit; its children are v + m for every power of two m below that bit (all powers
+ * below n for the root), largest subtree first, so a pipeline feeds the deepest branch first.
+ */
+#ifndef CHORUS_ALGO_BINOMIAL_H
+#define CHORUS_ALGO_BINOMIAL_H
+
+#include "algo/algo.h"
+
+#define CHORUS_TREE_MAX_CHILDREN 32
+
+/* Chunks in flight per tree edge: receive slots per child and sends towards each peer. */
+#ifndef CHORUS_TREE_WINDOW
+#define CHORUS_TREE_WINDOW 4
+#endif
+
+typedef struct {
+  int vrank;
+  int parent; /* member index; -1 at the root */
+  int nchildren;
+  int children[CHORUS_TREE_MAX_CHILDREN]; /* member indexes, largest subtree first */
+} chorus_binomial_t;
+
+static inline void chorus__binomial_init(chorus_binomial_t* b, int rank, int nranks, int root) {
+  long n = nranks, v = chorus__mod(rank - root, nranks);
+  long mask = 1;
+  b->vrank = (int)v;
+  b->parent = -1;
+  b->nchildren = 0;
+  while (mask < n) {
+    if (v & mask) {
+      b->parent = (int)((v - mask + root) % n);
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < n) b->children[b->nchildren++] = (int)((v + mask + root) % n);
+}
+
+/* The engines, over any group (chorus_sched_t): start, step until OK (or < 0), free
+ * (NULL-safe). Broadcast sends the root's sendbuf into every member's recvbuf; reduce leaves
+ * the reduction of every member's sendbuf in the root's recvbuf. */
+typedef struct chorus_bcast chorus_bcast_t;
+chorus_status_t chorus__binomial_bcast_start(const chorus_sched_t* s, chorus_bcast_t** out);
+chorus_status_t chorus__binomial_bcast_step(chorus_task_t* t, chorus_bcast_t* b);
+void chorus__binomial_bcast_free(chorus_bcast_t* b);
+typedef struct chorus_treduce chorus_treduce_t;
+chorus_status_t chorus__binomial_reduce_start(const chorus_sched_t* s, chorus_treduce_t** out);
+chorus_status_t chorus__binomial_reduce_step(chorus_task_t* t, chorus_treduce_t* r);
+void chorus__binomial_reduce_free(chorus_treduce_t* r);
+
+#endif /* CHORUS_ALGO_BINOMIAL_H */
