@@ -45,6 +45,17 @@ typedef struct {
   double bytes_per_us;  /* sustained bandwidth */
 } chorus_link_model_t;
 
+/* What the cost model knows of a communicator: one link model per level and the shape. A flat
+ * algorithm's steps all wait for the slowest link they use, so its formulas take `flat` (the
+ * inter-host link when the communicator spans hosts, else the intra-host one); two-level
+ * algorithms price each phase with its own level. */
+typedef struct {
+  chorus_link_model_t intra, inter, flat;
+  int nhosts;
+  int max_local; /* ranks on the most populated host */
+  int uniform;   /* every host has max_local ranks */
+} chorus_cost_ctx_t;
+
 typedef struct chorus_algo {
   const char* name;   /* the same string in CHORUS_ALGO, logs, traces, chorus-diag, chorus-perf */
   const char* desc;   /* one line for chorus-diag --algos */
@@ -52,7 +63,7 @@ typedef struct chorus_algo {
   /* 1 if it can serve this task; NULL means always. */
   int (*supported)(const chorus_task_t* t);
   /* Predicted time in microseconds under the alpha-beta model. */
-  double (*cost_us)(const chorus_task_t* t, const chorus_link_model_t* link);
+  double (*cost_us)(const chorus_task_t* t, const chorus_cost_ctx_t* cx);
   chorus_status_t (*init)(chorus_task_t* t);     /* may return ERR_NOT_SUPPORTED */
   chorus_status_t (*progress)(chorus_task_t* t); /* INPROGRESS, OK, or < 0 */
   void (*fini)(chorus_task_t* t);                /* releases t->state; NULL-safe; may be NULL */

@@ -46,7 +46,7 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
   for (size_t i = 0; i < chorus__nalgos; i++) {
     const chorus_algo_t* a = chorus__algos[i];
     if (a->coll != coll || (a->supported && !a->supported(t))) continue;
-    double us = a->cost_us ? a->cost_us(t, &comm->link) : 0.0;
+    double us = a->cost_us ? a->cost_us(t, &comm->cost) : 0.0;
     if (us < best_us) {
       second = best;
       second_us = best_us;

@@ -112,9 +112,10 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
     CH_WARN(comm->rank, "%s", err);
     return st;
   }
-  /* Loopback TCP figures of this machine class; the cost model only ranks algorithms. */
-  comm->link.alpha_us = 15.0;
-  comm->link.bytes_per_us = 2000.0;
+  /* Until measured: loopback TCP figures of this machine class inside a host, and a slower
+   * network between hosts. The cost model only ranks algorithms. */
+  comm->cost.intra = (chorus_link_model_t){15.0, 2000.0};
+  comm->cost.inter = (chorus_link_model_t){50.0, 1000.0};
   return CHORUS_OK;
 }
 
@@ -181,6 +182,10 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   comm->host_count = comm->topo.nhosts;
   comm->local_rank = comm->topo.local_of[comm->rank];
   comm->local_size = comm->topo.host_size[comm->topo.host_of[comm->rank]];
+  comm->cost.nhosts = comm->topo.nhosts;
+  comm->cost.max_local = comm->topo.max_local;
+  comm->cost.uniform = comm->topo.uniform;
+  comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
   /* More ranks than CPUs on this host: a waiting rank may hold the core of the rank it waits
    * for, so it yields from its first idle polls on instead of busy-polling first. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -47,7 +47,7 @@ struct chorus_comm {
   char algo_spec[256];                        /* CHORUS_ALGO as given */
   const chorus_algo_t* forced[CH_COLL_COUNT]; /* resolved per collective */
   char forced_name[CH_COLL_COUNT][32];        /* a forced name with no entry: error at call */
-  chorus_link_model_t link;
+  chorus_cost_ctx_t cost; /* the cost model's links and shape (select.c) */
 
   chorus_transport_t tp;
 

@@ -227,10 +227,10 @@ static void binomial_reduce_fini(chorus_task_t* t) {
   t->state = NULL;
 }
 
-static double binomial_reduce_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static double binomial_reduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double levels = chorus__ceil_log2(t->nranks);
   double bytes = (double)t->args.count * (double)t->dtype_size;
-  return levels * link->alpha_us + levels * bytes / link->bytes_per_us;
+  return levels * cx->flat.alpha_us + levels * bytes / cx->flat.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_binomial_reduce = {

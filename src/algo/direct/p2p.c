@@ -59,10 +59,10 @@ static chorus_status_t p2p_progress(chorus_task_t* t) {
   return CHORUS_OK;
 }
 
-static double p2p_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static double p2p_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t elems = t->args.count;
   if (t->args.coll == CH_COLL_SENDRECV && t->args.recvcount > elems) elems = t->args.recvcount;
-  return link->alpha_us + (double)elems * (double)t->dtype_size / link->bytes_per_us;
+  return cx->flat.alpha_us + (double)elems * (double)t->dtype_size / cx->flat.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_direct_send = {

@@ -70,8 +70,8 @@ static void dissemination_barrier_fini(chorus_task_t* t) {
 }
 
 static double dissemination_barrier_cost_us(const chorus_task_t* t,
-                                            const chorus_link_model_t* link) {
-  return chorus__ceil_log2(t->nranks) * link->alpha_us;
+                                            const chorus_cost_ctx_t* cx) {
+  return chorus__ceil_log2(t->nranks) * cx->flat.alpha_us;
 }
 
 const chorus_algo_t chorus__algo_dissemination_barrier = {

@@ -71,10 +71,10 @@ static void linear_gather_fini(chorus_task_t* t) {
   t->state = NULL;
 }
 
-static double linear_gather_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static double linear_gather_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double n = t->nranks, block_bytes = (double)t->args.count * (double)t->dtype_size;
   if (t->nranks <= 1) return 0.0;
-  return (n - 1.0) * link->alpha_us + (n - 1.0) * block_bytes / link->bytes_per_us;
+  return (n - 1.0) * cx->flat.alpha_us + (n - 1.0) * block_bytes / cx->flat.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_linear_gather = {

@@ -148,10 +148,10 @@ nomem:
   return CHORUS_ERR_NO_MEMORY;
 }
 
-static double pairwise_alltoall_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static double pairwise_alltoall_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double n = t->nranks, block_bytes = (double)t->args.count * (double)t->dtype_size;
   if (t->nranks <= 1) return 0.0;
-  return (n - 1.0) * link->alpha_us + (n - 1.0) * block_bytes / link->bytes_per_us;
+  return (n - 1.0) * cx->flat.alpha_us + (n - 1.0) * block_bytes / cx->flat.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_pairwise_alltoall = {

@@ -15,10 +15,10 @@
 #include "algo/common.h"
 #include "algo/ring/ring.h"
 
-static double ring_allgather_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static double ring_allgather_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double n = t->nranks, block_bytes = (double)t->args.count * (double)t->dtype_size;
   if (t->nranks <= 1) return 0.0;
-  return (n - 1.0) * link->alpha_us + (n - 1.0) * block_bytes / link->bytes_per_us;
+  return (n - 1.0) * cx->flat.alpha_us + (n - 1.0) * block_bytes / cx->flat.bytes_per_us;
 }
 
 static chorus_status_t ring_allgather_init(chorus_task_t* t) {

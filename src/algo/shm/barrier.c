@@ -8,9 +8,9 @@
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
 
-static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
+static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   (void)t;
-  (void)link;
+  (void)cx;
   return chorus__shm_cost_us(1, 1, 0);
 }
 

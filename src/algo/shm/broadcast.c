@@ -14,8 +14,8 @@
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
 
-static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
-  (void)link;
+static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  (void)cx;
   size_t bytes = t->args.count * t->dtype_size;
   return chorus__shm_cost_us(1, chorus__div_up(bytes, chorus__conn_shm_slot_bytes(t)), 2.0 * (double)bytes);
 }

@@ -25,8 +25,8 @@ static int supported(const chorus_task_t* t) {
   return chorus__conn_shm_avail(t) && chorus__algo_reduce_supported(t) && chunk_elems(t) > 0;
 }
 
-static double cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
-  (void)link;
+static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  (void)cx;
   size_t block = t->args.count, chunk = chunk_elems(t);
   return chorus__shm_cost_us(2, chorus__div_up(block, chunk ? chunk : 1),
                              3.0 * (double)(block * t->dtype_size * (size_t)t->nranks));
