@@ -126,6 +126,9 @@ static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
 static int progress_pass(chorus_comm_t* comm, uint64_t now) {
   int moved = 0;
   comm->tp.err[0] = '\0';
+  /* Every pass, also a waiter's after each (bounded) sleep: so its peers' verdicts can tell
+   * it from a rank that stopped. */
+  chorus__transport_beat(&comm->tp, now);
   chorus_status_t st = chorus__transport_progress(&comm->tp, &moved);
   if (st < 0 && comm->head) {
     fail_task_error(comm, comm->head, st);

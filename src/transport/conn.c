@@ -272,6 +272,8 @@ static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_
   return 1;
 }
 
+static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen);
+
 /* The closed-peer and mismatch checks of a wait; `reached` says the awaited data is there,
  * which calls for the signature check before it is used. */
 static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* st) {
@@ -285,8 +287,14 @@ static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* 
   if (p->nsocks && p->socks[0].peer_closed) {
     /* A peer that found a mismatch closes its connections: say mismatch, as it does. */
     if (signature_conflicts(t, rank, c, st)) return 0;
-    snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a shared-memory %s",
-             rank, p->host, chorus__coll_name(t->args.coll));
+    char* err = tp_of(t)->err;
+    size_t len = (size_t)snprintf(err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a "
+                                  "shared-memory %s", rank, p->host, chorus__coll_name(t->args.coll));
+    /* It may have timed out on a rank that stopped or never came, the likelier cause: name it. */
+    char culprits[300];
+    local_verdict(t, rank, 1, culprits, sizeof(culprits));
+    if (culprits[0] && len < sizeof(tp_of(t)->err))
+      snprintf(err + len, sizeof(tp_of(t)->err) - len, "; verdict: %s", culprits);
     *st = CHORUS_ERR_REMOTE;
     return 0;
   }
@@ -354,27 +362,6 @@ static char* zc_peer(chorus_task_t* t, int rank, int which) {
 char* chorus__conn_zc_send(chorus_task_t* t, int rank) { return zc_peer(t, rank, 0); }
 char* chorus__conn_zc_recv(chorus_task_t* t, int rank) { return zc_peer(t, rank, 1); }
 
-void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen) {
-  out[0] = '\0';
-  if (!chorus__conn_shm_avail(t)) return;
-  const uint64_t* mine = t->sig;
-  size_t len = 0;
-  int behind = 0;
-  for (int r = 0; r < t->nranks && len + 160 < outlen; r++) {
-    if (r == t->rank) continue;
-    uint64_t theirs[CHORUS_SIG_WORDS];
-    const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, r);
-    for (int tries = 0; tries < 100 && !read_signature(c, theirs); tries++) {
-    }
-    if (theirs[0] >= mine[0]) continue;
-    char last[160] = "nothing yet";
-    if (theirs[0]) describe_signature(theirs, last, sizeof(last));
-    len += (size_t)snprintf(out + len, outlen - len, "%srank %d (host %s) never posted %s #%llu (its last operation: %s)",
-                            behind++ ? "; " : "", r, tp_of(t)->peers[r].host, chorus__coll_name(t->args.coll),
-                            (unsigned long long)t->seq, last);
-  }
-}
-
 /* ---- verdict across hosts: status frames (frame.h) ---- */
 
 /* Index in this host's segment of every rank (its local index), -1 for the ranks of other
@@ -386,9 +373,9 @@ static void local_indexes(const chorus_comm_t* comm, int* idx) {
     idx[r] = comm->tp.shm.base && topo->host_of[r] == mine && topo->local_of[r] < comm->tp.shm.nlocal ? topo->local_of[r] : -1;
 }
 
-/* A status frame about `rank`, another rank of this host (index idx in its segment), from the
- * signature it publishes (second hand: collectives started, the last one's signature); 0 when
- * it cannot be read. */
+/* A status frame about `rank`, another rank of this host (index idx in its segment), from what
+ * it publishes there (second hand: collectives started, the last one's signature, how long its
+ * engine has stood still); 0 when it cannot be read. */
 static int status_from_signature(const chorus_transport_t* tp, int rank, int idx, chorus_frame_hdr_t* h) {
   if (idx < 0 || rank == tp->rank) return 0;
   const chorus_shm_ctl_t* c = chorus__shm_ctl(&tp->shm, idx);
@@ -411,6 +398,7 @@ static int status_from_signature(const chorus_transport_t* tp, int rank, int idx
   h->op = (uint8_t)((sig[1] >> 16) & 0xff);
   h->root = (int32_t)(uint32_t)(sig[1] >> 32);
   h->count = sig[2];
+  h->nbytes = chorus__shm_beat_age_ns(c, chorus__now_ns()) / 1000000;
   return 1;
 }
 
@@ -495,77 +483,135 @@ static int cat_ranks(char* out, size_t* len, size_t outlen, const char* set, int
   return count;
 }
 
-enum { V_WAITING, V_FINISHED, V_NEVER, V_SILENT_POSTED, V_SILENT, V_GONE };
+/* A heartbeat that stood still this long means a stopped rank (or one stuck in a single long
+ * step): 5 times the longest sleep of a waiting engine (progress.c), half the shortest timeout,
+ * so a rank that waits too is not taken for one. */
+#define STALE_MS 500
+
+enum { V_WAITING, V_FINISHED, V_NEVER, V_STUCK, V_SILENT_POSTED, V_SILENT, V_GONE, V_UNKNOWN };
+
+/* What the verdict on one operation is made of. */
+typedef struct {
+  const chorus_transport_t* tp;
+  const chorus_rank_status_t* st; /* per rank */
+  const char* coll;
+  unsigned long long k; /* the operation's sequence number */
+  int asked;            /* every rank was asked for its status (across hosts) */
+  double waited;        /* for their answers, seconds */
+} verdict_in_t;
+
+/* What rank's status says about operation #k. First hand, it counts the collectives the rank
+ * posted and completed; second hand, those it started, and how long its engine stood still. */
+static int classify(const chorus_rank_status_t* rs, uint64_t k, int asked) {
+  const chorus_frame_hdr_t* h = &rs->hdr;
+  if (rs->have == 2) return h->seq <= k ? V_NEVER : h->nbytes > k ? V_FINISHED : V_WAITING;
+  if (rs->gone) return V_GONE;
+  if (!rs->have) return asked ? V_SILENT : V_UNKNOWN;
+  if (h->seq <= k) return V_NEVER;
+  if (h->seq == k + 1 && h->nbytes >= STALE_MS) return V_STUCK;
+  if (asked) return V_SILENT_POSTED; /* and it did not answer */
+  return h->seq == k + 1 ? V_WAITING : V_FINISHED;
+}
+
+/* Appends the sentence about rank r, which holds the operation up (kind V_NEVER to V_GONE). */
+static void cat_culprit(const verdict_in_t* v, int r, int kind, const char* sep, char* out, size_t* len,
+                        size_t outlen) {
+  const chorus_rank_status_t* rs = &v->st[r];
+  const char* host = v->tp->peers[r].host;
+  char last[160];
+  describe_last(&rs->hdr, last, sizeof(last));
+  if (kind == V_NEVER)
+    cat(out, len, outlen, "%srank %d (host %s) never posted %s #%llu (its last operation: %s)%s", sep, r, host,
+        v->coll, v->k, last, rs->have == 2 || !v->asked ? "" : " and does not answer");
+  else if (kind == V_STUCK)
+    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu and has not moved for %.1f s: stopped or stuck", sep,
+        r, host, v->coll, v->k, (double)rs->hdr.nbytes / 1e3);
+  else if (kind == V_SILENT_POSTED)
+    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu but does not answer (stopped, or stuck outside "
+        "Chorus)", sep, r, host, v->coll, v->k);
+  else if (kind == V_GONE)
+    cat(out, len, outlen, "%srank %d (host %s) closed its connection (it exited or failed)", sep, r, host);
+  else
+    cat(out, len, outlen, "%srank %d (host %s) did not answer within %.1f s (dead, stopped, unreachable, or "
+        "outside any Chorus call)", sep, r, host, v->waited);
+}
+
+/* Writes the verdict: a sentence for each rank that holds the operation up, then (unless
+ * culprits_only) the ranks that wait too and those that finished it. Leaves out this rank and
+ * `skip`. kind and set: scratch of nranks entries. */
+static void write_verdict(const verdict_in_t* v, int* kind, char* set, int skip, int culprits_only, char* out,
+                          size_t outlen) {
+  int n = v->tp->nranks, parts = 0;
+  size_t len = 0;
+  out[0] = '\0';
+  for (int r = 0; r < n; r++) {
+    kind[r] = r == v->tp->rank || r == skip ? V_UNKNOWN : classify(&v->st[r], v->k, v->asked);
+    if (kind[r] != V_WAITING && kind[r] != V_FINISHED && kind[r] != V_UNKNOWN)
+      cat_culprit(v, r, kind[r], parts++ ? "; " : "", out, &len, outlen);
+  }
+  for (int pass = 0; pass < 2 && !culprits_only; pass++) {
+    int want = pass == 0 ? V_WAITING : V_FINISHED, any = 0;
+    for (int r = 0; r < n; r++) any |= set[r] = (char)(kind[r] == want);
+    if (!any) continue;
+    if (parts++) cat(out, &len, outlen, "; ");
+    int count = cat_ranks(out, &len, outlen, set, n);
+    if (pass == 0) cat(out, &len, outlen, " posted %s #%llu and wait%s too", v->coll, v->k, count > 1 ? "" : "s");
+    else cat(out, &len, outlen, " finished %s #%llu", v->coll, v->k);
+  }
+}
+
+/* The verdict from this host's segment alone, which every rank of the communicator maps: no
+ * rank is asked. */
+static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen) {
+  const chorus_transport_t* tp = tp_of(t);
+  int n = tp->nranks;
+  chorus_rank_status_t* st = calloc((size_t)n, sizeof(*st));
+  int* kind = calloc((size_t)n, sizeof(int));
+  char* set = calloc((size_t)n, 1);
+  out[0] = '\0';
+  if (st && kind && set) {
+    for (int r = 0; r < n; r++) st[r].have = status_from_signature(tp, r, r, &st[r].hdr);
+    verdict_in_t v = {tp, st, chorus__coll_name(t->args.coll), (unsigned long long)t->seq, 0, 0.0};
+    write_verdict(&v, kind, set, skip, culprits_only, out, outlen);
+  }
+  free(st);
+  free(kind);
+  free(set);
+}
 
 void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {
   out[0] = '\0';
   if (chorus__coll_is_p2p(t->args.coll)) return; /* their sequence numbers are per pair */
-  if (chorus__conn_shm_avail(t)) {  /* one host: every signature is in shared memory */
-    chorus__conn_culprits(t, out, outlen);
+  if (chorus__conn_shm_avail(t)) { /* one host: every rank publishes itself in shared memory */
+    local_verdict(t, -1, 0, out, outlen);
     return;
   }
   chorus_comm_t* comm = t->comm;
   chorus_transport_t* tp = &comm->tp;
   int n = tp->nranks;
-  char* kind = calloc((size_t)n, 1);
+  int* kind = calloc((size_t)n, sizeof(int));
   char* set = calloc((size_t)n, 1);
   int* idx = calloc((size_t)n, sizeof(int));
-  if (n < 2 || !kind || !set || !idx) {
-    free(kind);
-    free(set);
-    free(idx);
-    return;
-  }
-  local_indexes(comm, idx);
-  uint64_t t0 = chorus__now_ns();
-  for (int p = 0; p < n; p++)
-    if (p != tp->rank) send_status(comm, idx, p, CHORUS_STATUS_ASK);
-  chorus__transport_gather_status(tp, VERDICT_WAIT_MS);
-  double waited = (double)(chorus__now_ns() - t0) / 1e9;
-  const char* coll = chorus__coll_name(t->args.coll);
-  unsigned long long k = (unsigned long long)t->seq;
-  size_t len = 0;
-  int parts = 0;
-  for (int r = 0; r < n; r++) {
-    if (r == tp->rank) continue;
-    chorus_rank_status_t* rs = &tp->status[r];
-    chorus_frame_hdr_t seen;
-    /* A rank of this host that did not answer: read what it publishes, rather than trust an
-     * older report from another host. */
-    if (rs->have < 2 && status_from_signature(tp, r, idx[r], &seen)) {
-      rs->hdr = seen;
-      rs->have = 1;
-      rs->via = tp->rank;
+  if (n >= 2 && kind && set && idx) {
+    local_indexes(comm, idx);
+    uint64_t t0 = chorus__now_ns();
+    for (int p = 0; p < n; p++)
+      if (p != tp->rank) send_status(comm, idx, p, CHORUS_STATUS_ASK);
+    chorus__transport_gather_status(tp, VERDICT_WAIT_MS);
+    double waited = (double)(chorus__now_ns() - t0) / 1e9;
+    for (int r = 0; r < n; r++) {
+      chorus_rank_status_t* rs = &tp->status[r];
+      chorus_frame_hdr_t seen;
+      /* A rank of this host that did not answer: read what it publishes, rather than trust an
+       * older report from another host. */
+      if (r != tp->rank && rs->have < 2 && status_from_signature(tp, r, idx[r], &seen)) {
+        rs->hdr = seen;
+        rs->have = 1;
+        rs->via = tp->rank;
+      }
     }
-    if (rs->have == 2) kind[r] = rs->hdr.seq <= k ? V_NEVER : rs->hdr.nbytes > k ? V_FINISHED : V_WAITING;
-    else if (rs->gone) kind[r] = V_GONE;
-    else if (rs->have == 1) kind[r] = rs->hdr.seq <= k ? V_NEVER : V_SILENT_POSTED;
-    else kind[r] = V_SILENT;
-    if (kind[r] == V_WAITING || kind[r] == V_FINISHED) continue;
-    const char* host = tp->peers[r].host;
-    const char* sep = parts++ ? "; " : "";
-    char last[160];
-    describe_last(&rs->hdr, last, sizeof(last));
-    if (kind[r] == V_NEVER)
-      cat(out, &len, outlen, "%srank %d (host %s) never posted %s #%llu (its last operation: %s)%s", sep, r, host,
-          coll, k, last, rs->have == 2 ? "" : " and does not answer");
-    else if (kind[r] == V_SILENT_POSTED)
-      cat(out, &len, outlen, "%srank %d (host %s) posted %s #%llu but does not answer (stopped, or stuck outside "
-          "Chorus)", sep, r, host, coll, k);
-    else if (kind[r] == V_GONE)
-      cat(out, &len, outlen, "%srank %d (host %s) closed its connection (it exited or failed)", sep, r, host);
-    else
-      cat(out, &len, outlen, "%srank %d (host %s) did not answer within %.1f s (dead, stopped, unreachable, or "
-          "outside any Chorus call)", sep, r, host, waited);
-  }
-  for (int pass = 0; pass < 2; pass++) {
-    int want = pass == 0 ? V_WAITING : V_FINISHED, any = 0;
-    for (int r = 0; r < n; r++) any |= set[r] = (char)(r != tp->rank && kind[r] == want);
-    if (!any) continue;
-    if (parts++) cat(out, &len, outlen, "; ");
-    int count = cat_ranks(out, &len, outlen, set, n);
-    if (pass == 0) cat(out, &len, outlen, " posted %s #%llu and wait%s too", coll, k, count > 1 ? "" : "s");
-    else cat(out, &len, outlen, " finished %s #%llu", coll, k);
+    verdict_in_t v = {tp, tp->status, chorus__coll_name(t->args.coll), (unsigned long long)t->seq, 1, waited};
+    write_verdict(&v, kind, set, -1, 0, out, outlen);
   }
   free(kind);
   free(set);

@@ -88,14 +88,12 @@ void chorus__conn_zc_publish(chorus_task_t* t);
 /* Rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
 char* chorus__conn_zc_send(chorus_task_t* t, int rank);
 char* chorus__conn_zc_recv(chorus_task_t* t, int rank);
-/* After a timeout: a sentence naming the ranks that never reached t's operation, read from the
- * signatures every rank of the host publishes; "" when the communicator spans hosts. */
-void chorus__conn_culprits(chorus_task_t* t, char* out, size_t outlen);
 /* After a timeout of t (a collective): a sentence naming the ranks that never posted it, that
- * do not answer or are gone, and those that wait too. On one host it is read from shared
- * memory (chorus__conn_culprits); otherwise this rank asks every peer for its status (status
- * frames, frame.h) and waits for the answers up to a second; ranks of a peer's host that do
- * not answer are described by that peer from their published signatures. mu held. */
+ * posted it and then stood still (their heartbeat, shm.h), that do not answer or are gone, and
+ * those that wait too. On one host it is read from shared memory; otherwise this rank asks
+ * every peer for its status (status frames, frame.h) and waits for the answers up to a second;
+ * ranks of a peer's host that do not answer are described by that peer from what they publish
+ * in its host's segment. mu held. */
 void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen);
 /* The transport's status_answer hook (ctx: the communicator): sends `asker` this rank's
  * status, then that of the other ranks of its host as they publish it. mu held. */

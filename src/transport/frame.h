@@ -21,8 +21,10 @@
  * frames travel on the TCP socket: between two data frames of a TCP stream, or alone on the
  * otherwise idle socket of a shared-memory peer. They never count as progress. Fields:
  * tag = subject rank | CHORUS_STATUS_* flags; seq = collectives the subject has posted (first
- * hand) or started (second hand); nbytes = collectives it has completed (first hand only);
- * coll, dtype, op, root, count = its last collective (number seq - 1) when seq > 0. */
+ * hand) or started (second hand); nbytes = collectives it has completed (first hand), or
+ * milliseconds since its progress engine last ran, from its shared-memory heartbeat (second
+ * hand; 0 when unknown); coll, dtype, op, root, count = its last collective (number seq - 1)
+ * when seq > 0. */
 #define CHORUS_FRAME_STATUS_MAGIC 0x43485354u /* "CHST" */
 #define CHORUS_STATUS_RANK_MASK 0x00ffffffu
 #define CHORUS_STATUS_ASK 0x01000000u        /* the sender timed out: answer with your status */

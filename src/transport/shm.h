@@ -41,9 +41,24 @@ typedef struct {
   uint64_t flag[3];
   uint64_t sig[5];
   uint64_t zc[4]; /* zero-copy operations: send window + offset, receive window + offset */
-  char pad[32];
+  /* Heartbeat: when the owner's progress engine last ran, in CHORUS_SHM_BEAT_SHIFT units of the
+   * monotonic clock (0: never). A rank that posted an operation and then stopped cannot say
+   * so; its peers see this stand still. Off the first line, which peers poll. */
+  uint64_t beat;
+  char pad[24];
   uint64_t ll[2][CHORUS_SHM_LL_WORDS]; /* by operation id parity */
 } chorus_shm_ctl_t;
+
+/* 2^24 ns (16.8 ms): coarse enough that a spinning engine writes the heartbeat rarely, fine
+ * enough for a verdict in tenths of a second. */
+#define CHORUS_SHM_BEAT_SHIFT 24
+
+/* Nanoseconds since the owner of c stamped its heartbeat, as seen at now_ns; 0 when it never
+ * did. Ranks of one host share the monotonic clock. */
+static inline uint64_t chorus__shm_beat_age_ns(const chorus_shm_ctl_t* c, uint64_t now_ns) {
+  uint64_t at = __atomic_load_n(&c->beat, __ATOMIC_RELAXED) << CHORUS_SHM_BEAT_SHIFT;
+  return at && now_ns > at ? now_ns - at : 0;
+}
 
 /* The mapping of one host's segment, held by each local rank. */
 typedef struct {

@@ -75,6 +75,7 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   }
   tp->shm.my_local = my_local;
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
+  tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
   tp->shm_all_local = nlocal == tp->nranks;
   for (int i = 0; i < nlocal; i++) {
     if (i == my_local) continue;

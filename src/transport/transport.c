@@ -394,6 +394,7 @@ void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms) {
       if (p != tp->rank && rs->have < 2 && !rs->gone) waiting++;
     }
     uint64_t now = chorus__now_ns();
+    chorus__transport_beat(tp, now); /* a rank gathering verdicts is not stopped */
     if (!waiting || now >= deadline) break;
     uint64_t left_ms = (deadline - now) / 1000000 + 1;
     collect_events(tp, left_ms < 10 ? (int)left_ms : 10);
@@ -548,6 +549,7 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
   }
   chorus__shm_detach(&tp->shm);
   tp->my_bell = NULL;
+  tp->my_ctl = NULL;
   if (tp->epfd >= 0) close(tp->epfd);
   if (tp->wakefd >= 0) close(tp->wakefd);
   tp->epfd = tp->wakefd = -1;

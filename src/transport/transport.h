@@ -78,6 +78,8 @@ typedef struct chorus_transport {
   chorus_peer_t* peers;
   chorus_shm_seg_t shm;        /* this host's segment; base NULL without shm peers */
   chorus_shm_bell_t* my_bell;  /* this rank's doorbell in it */
+  chorus_shm_ctl_t* my_ctl;    /* this rank's control block in it (its heartbeat) */
+  uint64_t beat;               /* the heartbeat value last stamped */
   int shm_all_local;           /* every rank of the communicator maps the segment */
   uint64_t shm_epoch;          /* phases of memory-semantics collectives run so far */
   uint64_t shm_ll_last;        /* id of the last LL operation this rank completed */
@@ -141,6 +143,14 @@ void chorus__transport_disarm(chorus_transport_t* tp);
  * peers that hung up; disarms. */
 void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms, uint32_t seen);
 void chorus__transport_wake(chorus_transport_t* tp);
+/* Stamps this rank's heartbeat (shm.h) from a clock reading the caller has anyway: on every
+ * pass of the engine, so a compare and, a few dozen times a second, one store. */
+static inline void chorus__transport_beat(chorus_transport_t* tp, uint64_t now_ns) {
+  uint64_t beat = now_ns >> CHORUS_SHM_BEAT_SHIFT;
+  if (beat == tp->beat || !tp->my_ctl) return;
+  tp->beat = beat;
+  __atomic_store_n(&tp->my_ctl->beat, beat, __ATOMIC_RELAXED);
+}
 /* The peer of the oldest pending transfer (for timeout messages); -1 if none. */
 int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, size_t* bytes_left);
 /* ---- status exchange after a timeout (frame.h: CHORUS_FRAME_STATUS_MAGIC) ---- */

@@ -114,7 +114,8 @@ static int oracle_accepts(const setup_t* s, const chorus_frame_hdr_t* h) {
     return subj == s->sender && h->nbytes <= h->seq;
   }
   /* Second hand: read from the shared-memory signature of another rank of the sender's host
-   * (never this rank's own), so it cannot say whether that rank asked or is inside a call. */
+   * (never this rank's own), so it cannot say whether that rank asked or is inside a call.
+   * nbytes is the age of its heartbeat, any value (a reading of another process's clock). */
   if (flags & (CHORUS_STATUS_ASK | CHORUS_STATUS_IN_CALL)) return 0;
   if (subj == s->sender || subj == s->rank) return 0;
   return s->host_of[subj] == s->host_of[s->sender];

@@ -126,6 +126,9 @@ def status_cases():
         # Second hand (another rank of the sender's host).
         "second_valid": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND, seq=12, nbytes=0)),
         "second_never_published": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND, seq=0, nbytes=0, count=0)),
+        # Second hand, nbytes = milliseconds since the subject's heartbeat moved: a stopped rank.
+        "second_stopped_5s": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND, seq=12, nbytes=5000)),
+        "second_stopped_age_max": status_input(two_hosts, 0, 2, status_hdr(3, SECONDHAND, seq=12, nbytes=2**64 - 1)),
         "second_other_host": status_input(two_hosts, 0, 2, status_hdr(1, SECONDHAND, nbytes=0)),
         "second_about_sender": status_input(two_hosts, 0, 2, status_hdr(2, SECONDHAND, nbytes=0)),
         "second_about_me_same_host": status_input(two_hosts, 0, 1, status_hdr(0, SECONDHAND, nbytes=0)),

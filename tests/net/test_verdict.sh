@@ -7,7 +7,11 @@
 #     which only rank 2 can tell them: it answers their status frames from inside its own
 #     allreduce, with its status and rank 3's signature from their host's shared memory;
 #  2. it is stopped (SIGSTOP) in the middle of the stream, every rank with the same timeout:
-#     ranks 0, 1 and 2 must name it.
+#     ranks 0, 1 and 2 must name it;
+#  3. it stops itself inside the allreduce of iteration 5, before doing its share
+#     (CHORUS_TEST_STOP): rank 2 reads its standing heartbeat from their host's shared memory
+#     and ranks 0 and 1 learn it from rank 2's status frames: all three must say "rank 3 (host
+#     host1) posted allreduce #10 and has not moved for N s: stopped or stuck".
 # Usage: test_verdict.sh ALLREDUCE_LOOP
 set -u
 LOOP=$1
@@ -76,9 +80,25 @@ wait_survivors $((TIMEOUT_SEC + 5)) || fail "ranks 0-2 still run $((TIMEOUT_SEC 
 took_ms=$((($(date +%s%N) - t0) / 1000000))
 ((took_ms <= (TIMEOUT_SEC + 2) * 1000)) || fail "survivors took $took_ms ms after the stop (timeout $TIMEOUT_SEC s)"
 for r in 0 1 2; do
-  grep -qE "verdict: (.*; )?rank 3 \(host host1\) (posted allreduce #[0-9]+ but does not answer|never posted allreduce #[0-9]+ .* and does not answer)" \
+  grep -qE "verdict: (.*; )?rank 3 \(host host1\) (posted allreduce #[0-9]+ (but does not answer|and has not moved for [0-9.]+ s: stopped or stuck)|never posted allreduce #[0-9]+ .* and does not answer)" \
     "$NET_TMP/stop.$r.out" || fail "rank $r's verdict does not name the stopped rank 3"
 done
 echo "ok: rank 3 stopped; ranks 0, 1, 2 named it within $took_ms ms:"
 grep -h "verdict:" "$NET_TMP/stop.0.out" | sed 's/.*verdict:/  verdict:/' | head -1
+kill -KILL "${NET_PIDS[3]}" 2>/dev/null
+wait "${NET_PIDS[3]}" 2>/dev/null
+
+# ---- 3. rank 3 stops itself inside allreduce #10 ----
+start_job stopin $TIMEOUT_SEC CHORUS_TEST_STOP=3:5
+for _ in $(seq 300); do grep -q "stopping inside" "$NET_TMP/stopin.3.out" 2>/dev/null && break; sleep 0.05; done
+grep -q "stopping inside" "$NET_TMP/stopin.3.out" || fail "rank 3 never stopped itself"
+t0=$(date +%s%N)
+wait_survivors $((TIMEOUT_SEC + 5)) || fail "ranks 0-2 still run $((TIMEOUT_SEC + 5)) s after rank 3 stopped in a call"
+took_ms=$((($(date +%s%N) - t0) / 1000000))
+for r in 0 1 2; do
+  grep -qE "verdict: (.*; )?rank 3 \(host host1\) posted allreduce #10 and has not moved for [0-9.]+ s: stopped or stuck" \
+    "$NET_TMP/stopin.$r.out" || fail "rank $r's verdict does not say that rank 3 stopped inside allreduce #10"
+done
+echo "ok: rank 3 stopped inside allreduce #10; ranks 0, 1, 2 named it within $took_ms ms:"
+grep -h "verdict:" "$NET_TMP/stopin.0.out" | sed 's/.*verdict:/  verdict:/' | head -1
 kill -KILL "${NET_PIDS[3]}" 2>/dev/null

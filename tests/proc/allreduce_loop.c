@@ -12,11 +12,15 @@
  * CHORUS_TEST_SKIP=R:I: rank R never calls the allreduce of iteration I: it says so on stdout,
  * sleeps CHORUS_TEST_SKIP_SEC seconds (default 60) outside any Chorus call, and exits 3 (its
  * peers time out, for the tests of timeout verdicts).
+ * CHORUS_TEST_STOP=R:I: in iteration I, rank R posts the allreduce (non-blocking), lets its
+ * progress thread start it, and stops itself (SIGSTOP) inside it; the other ranks join 0.3 s
+ * late, so R has not done its share yet and they wait for it (a rank stopped inside a call).
  */
 #ifndef _GNU_SOURCE /* also set by CMake for the whole project */
 #define _GNU_SOURCE
 #endif
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +129,38 @@ static int skip_iteration(int rank) {
   return it;
 }
 
+/* CHORUS_TEST_STOP=R:I: the iteration in which rank R stops inside the allreduce, or -1. */
+static int stop_iteration(int* stopper) {
+  const char* v = getenv("CHORUS_TEST_STOP");
+  int it = -1;
+  if (!v || sscanf(v, "%d:%d", stopper, &it) != 2) return -1;
+  return it;
+}
+
+static void sleep_sec(double sec) {
+  struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+/* The allreduce of the stopping iteration: the stopper stops inside it, the others come late. */
+static chorus_status_t allreduce_with_stop(const float* send, float* out, size_t count, int rank, int stopper,
+                                           int it, chorus_comm_t* comm) {
+  if (rank != stopper) {
+    sleep_sec(0.3);
+    return chorus_allreduce(send, out, count, CHORUS_FLOAT32, CHORUS_SUM, comm);
+  }
+  chorus_req_t* req = NULL;
+  chorus_status_t st = chorus_iallreduce(send, out, count, CHORUS_FLOAT32, CHORUS_SUM, comm, &req);
+  if (st < 0) return st;
+  sleep_sec(0.1); /* its progress thread has started the call and waits for the others */
+  printf("rank %d: stopping inside the allreduce of iteration %d\n", rank, it);
+  raise(SIGSTOP);
+  st = chorus_wait(req);
+  chorus_req_free(req);
+  return st;
+}
+
 static int skip_call(int rank, int it) {
   const char* v = getenv("CHORUS_TEST_SKIP_SEC");
   double sec = v ? atof(v) : 60.0;
@@ -159,7 +195,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const char* piddir = getenv("CHORUS_TEST_PIDDIR");
-  int skip_it = skip_iteration(rank);
+  int skip_it = skip_iteration(rank), stopper = -1, stop_it = stop_iteration(&stopper);
   double start = now_sec(), window_start = start;
   int it = 0;
   do {
@@ -175,7 +211,10 @@ int main(int argc, char** argv) {
       chorus_comm_destroy(comm);
       return rc;
     }
-    st = chorus_allreduce(send, out, count, CHORUS_FLOAT32, CHORUS_SUM, comm);
+    if (it == stop_it)
+      st = allreduce_with_stop(send, out, count, rank, stopper, it, comm);
+    else
+      st = chorus_allreduce(send, out, count, CHORUS_FLOAT32, CHORUS_SUM, comm);
     if (st < 0) return fail_status("allreduce", rank, it, st, comm);
     float want = 0;
     size_t bad = first_wrong(out, count, nranks, it, &want);

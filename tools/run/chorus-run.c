@@ -90,6 +90,7 @@ static const char kHelp[] =
     "  the first signal it received. Signals ignored when chorus-run starts stay ignored.\n"
     "  When a rank exits non-zero or dies of a signal, chorus-run prints one line naming it,\n"
     "  sends SIGTERM to the other ranks (after --term-delay), SIGKILL after the grace period.\n"
+    "  Each SIGTERM or forwarded signal is followed by SIGCONT, so a stopped rank acts on it.\n"
     "\n"
     "Exit status: 0 when every rank exited 0; else the first failed rank's exit status, or\n"
     "128+signal if it was killed by a signal; 124 on --timeout; 2 on bad usage; 127 (126) when\n"
@@ -293,6 +294,9 @@ static void signal_alive_ranks(job_t* job, int sig) {
 /* SIGTERM now, SIGKILL after the grace period unless everything is gone by then. */
 static void terminate_ranks(job_t* job, int sig) {
   signal_alive_ranks(job, sig);
+  /* A stopped rank (SIGSTOP, a debugger let go) would sit on the signal for the whole grace
+   * period: wake it, after the signal, so that the first thing it meets is the signal. */
+  signal_alive_ranks(job, SIGCONT);
   job->term_at = 0;
   if (job->kill_at == 0) job->kill_at = now_sec() + job->opt.grace_sec;
 }
