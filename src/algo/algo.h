@@ -49,7 +49,7 @@ typedef struct {
  * algorithm's steps all wait for the slowest link they use, so its formulas take `flat` (the
  * inter-host link when the communicator spans hosts, else the intra-host one); two-level
  * algorithms price each phase with its own level. */
-typedef struct {
+typedef struct chorus_cost_ctx_s {
   chorus_link_model_t intra, inter, flat;
   int nhosts;
   int max_local; /* ranks on the most populated host */
@@ -67,7 +67,21 @@ typedef struct chorus_algo {
   chorus_status_t (*init)(chorus_task_t* t);     /* may return ERR_NOT_SUPPORTED */
   chorus_status_t (*progress)(chorus_task_t* t); /* INPROGRESS, OK, or < 0 */
   void (*fini)(chorus_task_t* t);                /* releases t->state; NULL-safe; may be NULL */
+  /* Two-level algorithms: 1 when `sub` names an inner engine it can run ("hier/rhd"); NULL
+   * when it takes none. */
+  int (*accepts_sub)(const char* sub);
 } chorus_algo_t;
+
+/* One item of CHORUS_ALGO for one collective: calls whose bytes (count x dtype size) lie in
+ * [lo, hi) run `algo` (with inner engine `sub`, as in "hier/rhd"); the last matching rule
+ * wins. algo NULL: the name given has no entry for this collective (an error at call time). */
+typedef struct {
+  const struct chorus_algo* algo;
+  char name[32];
+  char sub[16];
+  size_t lo, hi;
+} chorus_algo_rule_t;
+#define CHORUS_MAX_ALGO_RULES 8
 
 /* The registry (src/algo/registry.c). */
 extern const chorus_algo_t* const chorus__algos[];

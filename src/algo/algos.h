@@ -26,5 +26,6 @@ extern const chorus_algo_t chorus__algo_shm_allgather;
 extern const chorus_algo_t chorus__algo_shm_broadcast;
 extern const chorus_algo_t chorus__algo_shm_reduce;
 extern const chorus_algo_t chorus__algo_shm_barrier;
+extern const chorus_algo_t chorus__algo_hier_allreduce;
 
 #endif /* CHORUS_ALGOS_H */

@@ -47,6 +47,7 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
   t->rank = comm->rank;
   t->nranks = comm->nranks;
   t->topo = &comm->topo;
+  t->cost = &comm->cost;
   t->dtype_size = chorus_dtype_size(a->dtype);
   t->chunk_bytes = comm->chunk_bytes;
   t->blocking = blocking;

@@ -1,7 +1,7 @@
 /*
- * select.c - algorithm selection: CHORUS_ALGO forces a choice (an error when that algorithm
- * cannot serve the call, never a silent fallback); otherwise the registry entry with the
- * lowest predicted alpha-beta cost among those that support the call.
+ * select.c - algorithm selection: CHORUS_ALGO forces a choice for the calls its items cover (an
+ * error when that algorithm cannot serve the call, never a silent fallback); otherwise the
+ * registry entry with the lowest predicted alpha-beta cost among those that support the call.
  */
 #include <float.h>
 #include <stdio.h>
@@ -13,21 +13,24 @@
 chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
   chorus_coll_t coll = t->args.coll;
   const char* cname = chorus__coll_name(coll);
-  const chorus_algo_t* forced = comm->forced[coll];
-  if (forced) {
-    if (forced->supported && !forced->supported(t)) {
+  size_t bytes = t->args.count * t->dtype_size;
+  for (int i = comm->nrules[coll] - 1; i >= 0; i--) {
+    const chorus_algo_rule_t* rule = &comm->rules[coll][i];
+    if (bytes < rule->lo || bytes >= rule->hi) continue;
+    if (!rule->algo) {
+      chorus__comm_set_error(comm, "%s: CHORUS_ALGO=%s names no %s algorithm \"%s\" (chorus-diag --algos lists them)",
+                             cname, comm->algo_spec, cname, rule->name);
+      return CHORUS_ERR_NOT_SUPPORTED;
+    }
+    if (rule->algo->supported && !rule->algo->supported(t)) {
       chorus__comm_set_error(comm, "%s: CHORUS_ALGO=%s forces algorithm \"%s\", which cannot serve this call "
-                             "(%zu elements on %d ranks)", cname, comm->algo_spec, forced->name,
+                             "(%zu elements on %d ranks)", cname, comm->algo_spec, rule->algo->name,
                              t->args.count, comm->nranks);
       return CHORUS_ERR_NOT_SUPPORTED;
     }
-    t->algo = forced;
+    t->algo = rule->algo;
+    t->sub_algo = rule->sub[0] ? rule->sub : NULL;
     return CHORUS_OK;
-  }
-  if (comm->forced_name[coll][0]) {
-    chorus__comm_set_error(comm, "%s: CHORUS_ALGO=%s names no %s algorithm (chorus-diag --algos lists them)",
-                           cname, comm->algo_spec, cname);
-    return CHORUS_ERR_NOT_SUPPORTED;
   }
   /* Training repeats the same calls: the last choice for the same shape is reused as long as
    * it still supports the call (support can depend on more than the key, e.g. buffers). */

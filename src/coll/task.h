@@ -72,6 +72,8 @@ typedef struct chorus_task {
   int rank;           /* the caller's rank in comm */
   int nranks;         /* comm size */
   const struct chorus_topo_s* topo; /* the communicator's topology (core/topo.h) */
+  const struct chorus_cost_ctx_s* cost; /* its cost model (algo.h), for two-level algorithms' choices */
+  const char* sub_algo; /* CHORUS_ALGO's inner engine for this call ("rhd" of "hier/rhd"), or NULL */
   size_t dtype_size;  /* bytes per element */
   size_t chunk_bytes; /* pipelining unit (CHORUS_BUFF_SIZE), a multiple of 64 bytes */
 

@@ -24,42 +24,119 @@ void chorus__comm_set_error(chorus_comm_t* comm, const char* fmt, ...) {
   va_end(ap);
 }
 
-/* Forces algorithm `name` on every collective: those that have it use it, the others fail at
- * call time with a clear error. 0 when no collective has it. */
-static int force_everywhere(chorus_comm_t* comm, const char* name) {
-  int found = 0;
-  for (int c = 0; c < CH_COLL_COUNT; c++) {
-    comm->forced[c] = chorus__algo_find((chorus_coll_t)c, name);
-    snprintf(comm->forced_name[c], sizeof(comm->forced_name[c]), "%.31s", name);
-    found |= comm->forced[c] != NULL;
-  }
-  return found;
+/* "16K", "1M", "0": bytes with an optional binary suffix; 0 when malformed. */
+static int parse_bytes(const char* txt, size_t* out) {
+  char* end = NULL;
+  unsigned long long v = strtoull(txt, &end, 10);
+  if (end == txt) return 0;
+  unsigned shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10;
+  else if (*end == 'M' || *end == 'm') shift = 20;
+  else if (*end == 'G' || *end == 'g') shift = 30;
+  if (shift) end++;
+  if (*end || (shift && v > (~0ull >> shift))) return 0;
+  *out = (size_t)(v << shift);
+  return 1;
 }
 
-/* CHORUS_ALGO: a list of "name" (every collective) and "collective:name" items, applied left
- * to right: "ring", "allreduce:ring,broadcast:binomial", "ring,barrier:dissemination". */
+/* Parses "name[/sub][@lo-hi]" into rule (algo not yet resolved). */
+static int parse_rule(char* body, chorus_algo_rule_t* rule) {
+  memset(rule, 0, sizeof(*rule));
+  rule->hi = SIZE_MAX;
+  char* at = strchr(body, '@');
+  if (at) {
+    *at = '\0';
+    char* dash = strchr(at + 1, '-');
+    if (!dash) return 0;
+    *dash = '\0';
+    if (!parse_bytes(at + 1, &rule->lo)) return 0;
+    if (dash[1] && !parse_bytes(dash + 1, &rule->hi)) return 0;
+    if (rule->hi <= rule->lo) return 0;
+  }
+  char* slash = strchr(body, '/');
+  if (slash) {
+    *slash = '\0';
+    if (!slash[1] || strlen(slash + 1) >= sizeof(rule->sub)) return 0;
+    snprintf(rule->sub, sizeof(rule->sub), "%s", slash + 1);
+  }
+  if (!body[0] || strlen(body) >= sizeof(rule->name)) return 0;
+  snprintf(rule->name, sizeof(rule->name), "%s", body);
+  return 1;
+}
+
+/* Appends rule to collective c, resolving its algorithm; 0 when c has no such algorithm, -1
+ * when it is there but takes no such inner engine, -2 when the list is full. */
+static int add_rule(chorus_comm_t* comm, int c, const chorus_algo_rule_t* rule) {
+  if (comm->nrules[c] == CHORUS_MAX_ALGO_RULES) return -2;
+  chorus_algo_rule_t* r = &comm->rules[c][comm->nrules[c]];
+  *r = *rule;
+  r->algo = chorus__algo_find((chorus_coll_t)c, rule->name);
+  if (r->algo && rule->sub[0] && !(r->algo->accepts_sub && r->algo->accepts_sub(rule->sub))) return -1;
+  comm->nrules[c]++;
+  return r->algo != NULL;
+}
+
+/* CHORUS_ALGO: items separated by ',' or ';', applied left to right (the last that matches a
+ * call wins): "name" for every collective that has it ("ring"; the others fail at call time),
+ * "collective:name" ("allreduce:ring"), either with an inner engine ("allreduce:hier/rhd")
+ * and a byte range of count x dtype size ("allreduce:rd@0-16K"); a bare "name@range" goes to
+ * the collective named last ("allreduce:rd@0-16K,hier@16K-;broadcast:binomial"). */
 static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, char* err, size_t errlen) {
   snprintf(comm->algo_spec, sizeof(comm->algo_spec), "%s", spec);
   char buf[256];
   snprintf(buf, sizeof(buf), "%s", spec);
+  int current = -1;
   for (char *save = NULL, *tok = strtok_r(buf, ",;", &save); tok; tok = strtok_r(NULL, ",;", &save)) {
     char* colon = strchr(tok, ':');
-    if (!colon) {
-      if (force_everywhere(comm, tok)) continue;
-      snprintf(err, errlen, "CHORUS_ALGO=%s: no collective has an algorithm named \"%s\" (chorus-diag --algos lists them)",
-               spec, tok);
+    char* body = colon ? colon + 1 : tok;
+    if (colon) {
+      *colon = '\0';
+      current = chorus__coll_from_name(tok);
+      if (current < 0) {
+        snprintf(err, errlen, "CHORUS_ALGO=%s: \"%s\" is not a collective", spec, tok);
+        return CHORUS_ERR_INVALID_ARG;
+      }
+    }
+    int ranged = strchr(body, '@') != NULL;
+    chorus_algo_rule_t rule;
+    if (!parse_rule(body, &rule) || (ranged && !colon && current < 0)) {
+      snprintf(err, errlen, "CHORUS_ALGO=%s: cannot read \"%s\" (name[/inner][@lo-hi], e.g. allreduce:rd@0-16K)",
+               spec, body);
       return CHORUS_ERR_INVALID_ARG;
     }
-    *colon = '\0';
-    int coll = chorus__coll_from_name(tok);
-    const chorus_algo_t* a = coll >= 0 ? chorus__algo_find((chorus_coll_t)coll, colon + 1) : NULL;
-    if (!a || !colon[1]) {
-      snprintf(err, errlen, "CHORUS_ALGO=%s: \"%s:%s\" is not a known collective:algorithm pair (chorus-diag --algos lists them)",
-               spec, tok, colon + 1);
+    int found = 0, bad_sub = 0, full = 0;
+    if (colon || ranged) {
+      int rc = add_rule(comm, current, &rule);
+      found = rc > 0;
+      bad_sub = rc == -1;
+      full = rc == -2;
+    } else {
+      current = -1; /* every collective: a later bare range has no collective to go to */
+      for (int c = 0; c < CH_COLL_COUNT; c++) {
+        int rc = add_rule(comm, c, &rule);
+        found |= rc > 0;
+        bad_sub |= rc == -1;
+        full |= rc == -2;
+      }
+    }
+    if (full) {
+      snprintf(err, errlen, "CHORUS_ALGO=%s: more than %d items for one collective", spec, CHORUS_MAX_ALGO_RULES);
       return CHORUS_ERR_INVALID_ARG;
     }
-    comm->forced[coll] = a;
-    snprintf(comm->forced_name[coll], sizeof(comm->forced_name[coll]), "%s", a->name);
+    if (bad_sub) {
+      snprintf(err, errlen, "CHORUS_ALGO=%s: \"%s\" has no inner algorithm \"%s\" (chorus-diag --algos lists them)",
+               spec, rule.name, rule.sub);
+      return CHORUS_ERR_INVALID_ARG;
+    }
+    if (!found) {
+      if (colon || ranged)
+        snprintf(err, errlen, "CHORUS_ALGO=%s: \"%s:%s\" is not a known collective:algorithm pair (chorus-diag --algos lists them)",
+                 spec, chorus__coll_name((chorus_coll_t)current), rule.name);
+      else
+        snprintf(err, errlen, "CHORUS_ALGO=%s: no collective has an algorithm named \"%s\" (chorus-diag --algos lists them)",
+                 spec, rule.name);
+      return CHORUS_ERR_INVALID_ARG;
+    }
   }
   return CHORUS_OK;
 }

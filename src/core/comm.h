@@ -44,9 +44,9 @@ struct chorus_comm {
   size_t shm_ring_bytes;
   size_t shm_slot_bytes;
   size_t shm_stream_bytes; /* outputs from this size on are written with streaming stores; 0: never */
-  char algo_spec[256];                        /* CHORUS_ALGO as given */
-  const chorus_algo_t* forced[CH_COLL_COUNT]; /* resolved per collective */
-  char forced_name[CH_COLL_COUNT][32];        /* a forced name with no entry: error at call */
+  char algo_spec[256];                                      /* CHORUS_ALGO as given */
+  chorus_algo_rule_t rules[CH_COLL_COUNT][CHORUS_MAX_ALGO_RULES]; /* resolved per collective */
+  int nrules[CH_COLL_COUNT];
   chorus_cost_ctx_t cost; /* the cost model's links and shape (select.c) */
 
   chorus_transport_t tp;

@@ -6,7 +6,11 @@
  * every group mapping meet rank numberings that differ from host order. Results bitwise
  * against the independent reference (matrix.c).
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "matrix.h"
+#include "ranks.h"
 #include "test.h"
 
 static const int k2x2_blocked[] = {0, 0, 1, 1};
@@ -79,3 +83,35 @@ TEST_EX(barrier_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k2x3_rr)
 TEST_EX(barrier_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 8, k4x2_rr); }
 TEST_EX(barrier_3p1, 300, "quick") { mx_run_hosts(CH_COLL_BARRIER, 4, k3p1); }
 TEST_EX(barrier_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k1p2p3); }
+
+/* CHORUS_ALGO routes calls by size: below 1 KiB the ring, from 1 KiB on shm, which cannot
+ * serve a communicator that spans hosts, so those calls fail and name it; the same sizes in
+ * the other order run everywhere once shm is out of the way. */
+static int algo_ranges_rank(chorus_comm_t* comm, int rank, void* arg) {
+  (void)rank;
+  int expect_big_fails = *(int*)arg;
+  int32_t small[16] = {1}, big[512] = {1};
+  ASSERT_OK(chorus_allreduce(small, small, 16, CHORUS_INT32, CHORUS_SUM, comm));
+  chorus_status_t st = chorus_allreduce(big, big, 512, CHORUS_INT32, CHORUS_SUM, comm);
+  if (expect_big_fails) {
+    ASSERT_STATUS(st, CHORUS_ERR_NOT_SUPPORTED);
+    ASSERT_TRUE(strstr(chorus_comm_last_error(comm), "\"shm\"") != NULL);
+  } else {
+    ASSERT_OK(st);
+    ASSERT_EQ(big[0], 4);
+  }
+  ASSERT_EQ(small[0], 4);
+  return 0;
+}
+
+TEST(algo_spec_size_ranges) {
+  ranks_set_hosts(4, k2x2_rr);
+  int fails = 1;
+  setenv("CHORUS_ALGO", "allreduce:ring@0-1K,shm@1K-", 1);
+  ASSERT_EQ(run_ranks(4, algo_ranges_rank, &fails), 0);
+  fails = 0;
+  setenv("CHORUS_ALGO", "allreduce:shm@0-1K;allreduce:hier/ring@0-1K,ring@1K-", 1);
+  ASSERT_EQ(run_ranks(4, algo_ranges_rank, &fails), 0);
+  unsetenv("CHORUS_ALGO");
+  ranks_set_hosts(0, NULL);
+}

@@ -203,7 +203,11 @@ TEST(bad_parameter_values_are_named) {
   chorus_comm_t* c = NULL;
   const char* cases[][2] = {{"CHORUS_TIMEOUT_SEC", "abc"}, {"CHORUS_NSOCKS_PER_PEER", "99"},
                             {"CHORUS_BUFF_SIZE", "-5"}, {"CHORUS_ALGO", "no_such_algo"},
-                            {"CHORUS_ALGO", "allreduce:binomial"}, {"CHORUS_ALGO", "nocoll:ring"}};
+                            {"CHORUS_ALGO", "allreduce:binomial"}, {"CHORUS_ALGO", "nocoll:ring"},
+                            {"CHORUS_ALGO", "allreduce:ring@16K-1K"}, {"CHORUS_ALGO", "allreduce:ring@1X-"},
+                            {"CHORUS_ALGO", "allreduce:ring@-"},      {"CHORUS_ALGO", "ring@0-1K"},
+                            {"CHORUS_ALGO", "allreduce:hier/nosuch"}, {"CHORUS_ALGO", "allreduce:ring/ring"},
+                            {"CHORUS_ALGO", "allreduce:ring@0-1K,binomial@1K-"}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     setenv(cases[i][0], cases[i][1], 1);
     test_set_context("%s=%s", cases[i][0], cases[i][1]);

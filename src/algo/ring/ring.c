@@ -57,6 +57,7 @@ struct chorus_ring {
   size_t nchunks;  /* K: chunks per segment */
   size_t rs_steps; /* the first rs_steps steps receive-and-reduce */
   size_t nunits;   /* steps * K */
+  size_t first_unit; /* the allgather half of allreduce starts at its first unit */
 
   char* slots; /* nslots scratch chunks for reduce receives */
   size_t nslots, slot_bytes;
@@ -264,6 +265,17 @@ static void set_geometry(ring_t* g) {
   g->nunits = nsteps * g->nchunks;
 }
 
+/* An allreduce half runs a range of the whole allreduce's units: every unit before its first
+ * counts as done, which satisfies the dependencies the second half has on the first. */
+static void set_half(ring_t* g, chorus_ring_kind_t half) {
+  if (half == CHORUS_RING_ALLREDUCE_RS) {
+    g->nunits = g->rs_steps * g->nchunks;
+  } else if (half == CHORUS_RING_ALLREDUCE_AG) {
+    g->first_unit = g->rs_steps * g->nchunks;
+    g->recvs_posted = g->recvs_done = g->sends_posted = g->sends_done = g->first_unit;
+  }
+}
+
 static void set_local_copy(ring_t* g) {
   size_t bytes = g->s.count * g->elem_bytes;
   if (g->kind == CHORUS_RING_ALLGATHER) {
@@ -284,7 +296,7 @@ static chorus_status_t alloc_buffers(ring_t* g) {
   g->recv_xfers = calloc(g->nrecv_xfers + g->nsend_xfers, sizeof(*g->recv_xfers));
   if (!g->recv_xfers) return CHORUS_ERR_NO_MEMORY;
   g->send_xfers = g->recv_xfers + g->nrecv_xfers;
-  size_t rs_units = g->rs_steps * g->nchunks;
+  size_t rs_units = g->first_unit ? 0 : g->rs_steps * g->nchunks;
   if (rs_units == 0) return CHORUS_OK;
   g->hold_for_forward = g->kind == CHORUS_RING_REDUCE_SCATTER && g->rs_steps > 1;
   g->nslots = chorus__min_sz(window + (g->hold_for_forward ? g->nchunks : 0), rs_units);
@@ -309,7 +321,7 @@ chorus_status_t chorus__ring_start(const chorus_sched_t* s, chorus_ring_kind_t k
   ring_t* g = calloc(1, sizeof(*g));
   if (!g) return CHORUS_ERR_NO_MEMORY;
   g->s = *s;
-  g->kind = kind;
+  g->kind = kind == CHORUS_RING_ALLREDUCE_RS || kind == CHORUS_RING_ALLREDUCE_AG ? CHORUS_RING_ALLREDUCE : kind;
   g->nranks = s->group.size;
   g->rank = s->group.me;
   g->next = (g->rank + 1) % g->nranks;
@@ -319,7 +331,7 @@ chorus_status_t chorus__ring_start(const chorus_sched_t* s, chorus_ring_kind_t k
   g->op = s->op;
   g->sendbuf = s->sendbuf;
   g->recvbuf = s->recvbuf;
-  if (kind != CHORUS_RING_ALLGATHER) {
+  if (g->kind != CHORUS_RING_ALLGATHER) {
     g->reduce = chorus__algo_reduce_fn(g->dtype, g->op);
     if (!g->reduce) {
       free(g);
@@ -327,6 +339,11 @@ chorus_status_t chorus__ring_start(const chorus_sched_t* s, chorus_ring_kind_t k
     }
   }
   set_geometry(g);
+  set_half(g, kind);
+  if (kind == CHORUS_RING_ALLREDUCE_AG) { /* spreads finished values: nothing to copy or divide */
+    g->sendbuf = g->recvbuf;
+    g->s.avg_divisor = 0;
+  }
   set_local_copy(g);
   chorus_status_t st = alloc_buffers(g);
   if (st < 0) {

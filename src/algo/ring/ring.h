@@ -23,8 +23,23 @@
 typedef enum {
   CHORUS_RING_ALLREDUCE,      /* count elements in n segments; reduce-scatter + allgather */
   CHORUS_RING_REDUCE_SCATTER, /* n blocks of count elements; rank r keeps block r */
-  CHORUS_RING_ALLGATHER       /* n blocks of count elements; rank r contributes block r */
+  CHORUS_RING_ALLGATHER,      /* n blocks of count elements; rank r contributes block r */
+  /* The two halves of allreduce as phases of a two-level algorithm, over the same count
+   * elements in n segments (chorus__ring_segment): the first leaves member r with segment
+   * (r + 1) mod n reduced in recvbuf; the second spreads every member's segment (r + 1) mod n
+   * of recvbuf (sendbuf unused) to all. */
+  CHORUS_RING_ALLREDUCE_RS,
+  CHORUS_RING_ALLREDUCE_AG
 } chorus_ring_kind_t;
+
+/* Segment i of count elements cut into n as the allreduce halves cut it. */
+static inline void chorus__ring_segment(size_t count, int n, int i, size_t* first, size_t* len) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n, k = (size_t)i;
+  *first = k * base + (k < rem ? k : rem);
+  *len = base + (k < rem ? 1 : 0);
+}
+/* The segment member r owns after CHORUS_RING_ALLREDUCE_RS. */
+static inline int chorus__ring_rs_owned(int r, int n) { return (r + 1) % n; }
 
 /* The engine, over any group: start, step until OK (or < 0), free (NULL-safe). */
 typedef struct chorus_ring chorus_ring_t;
