@@ -203,8 +203,9 @@ uint64_t chorus__conn_shm_next_ids(chorus_task_t* t, uint64_t n) {
 
 void chorus__conn_shm_signal(chorus_task_t* t) {
   chorus_transport_t* tp = tp_of(t);
-  for (int r = 0; r < tp->nranks; r++)
-    if (r != tp->rank) chorus__shm_bell_ring(chorus__shm_bell(&tp->shm, r));
+  for (int i = 0; i < tp->shm.nlocal; i++)
+    if (i != tp->shm.my_local)
+      chorus__shm_bell_ring(chorus__shm_bell(&tp->shm, i), tp->local_wakefd ? tp->local_wakefd[i] : -1);
 }
 
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value) {

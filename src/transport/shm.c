@@ -222,17 +222,31 @@ int chorus__shm_ring_empty(const chorus_shm_ring_t* r) {
  * sleeper's recheck after arming sees the store, or this load sees `sleeping` and bumps seq,
  * which the futex wait (on the value read when arming) notices. A rank that polls costs its
  * peers no write to a shared line. */
-void chorus__shm_bell_ring(chorus_shm_bell_t* bell) {
+void chorus__shm_bell_ring(chorus_shm_bell_t* bell, int wakefd) {
   if (!__atomic_load_n(&bell->sleeping, __ATOMIC_SEQ_CST)) return;
   __atomic_add_fetch(&bell->seq, 1, __ATOMIC_SEQ_CST);
+  /* Read again after the bump: a sleeper that moves from futex to epoll stores its mode, then
+   * reads seq; so either it sees the bump (and does not sleep) or this load sees epoll. */
+  if (wakefd >= 0 && __atomic_load_n(&bell->sleeping, __ATOMIC_SEQ_CST) == CHORUS_BELL_EPOLL) {
+    uint64_t one = 1;
+    if (write(wakefd, &one, sizeof(one)) < 0) {
+      /* the counter is saturated: a wake-up is pending anyway */
+    }
+    return;
+  }
   syscall(SYS_futex, &bell->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+int chorus__shm_bell_arm_epoll(chorus_shm_bell_t* bell, uint32_t seen) {
+  __atomic_store_n(&bell->sleeping, CHORUS_BELL_EPOLL, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&bell->seq, __ATOMIC_SEQ_CST) == seen;
 }
 
 /* Returns the value to wait on; the caller re-checks its rings after this and before waiting,
  * so a bell rung in between either shows in the rings or changes seq (no lost wake-up). */
 uint32_t chorus__shm_bell_arm(chorus_shm_bell_t* bell) {
   uint32_t seen = __atomic_load_n(&bell->seq, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&bell->sleeping, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&bell->sleeping, CHORUS_BELL_FUTEX, __ATOMIC_SEQ_CST);
   return seen;
 }
 
@@ -242,7 +256,7 @@ void chorus__shm_bell_wait(chorus_shm_bell_t* bell, uint32_t seen, int timeout_m
 }
 
 void chorus__shm_bell_disarm(chorus_shm_bell_t* bell) {
-  __atomic_store_n(&bell->sleeping, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&bell->sleeping, CHORUS_BELL_AWAKE, __ATOMIC_SEQ_CST);
 }
 
 size_t chorus__shm_ring_space(const chorus_shm_ring_t* r, size_t ring_bytes) {

@@ -19,9 +19,16 @@ typedef struct chorus_shm_ring chorus_shm_ring_t;
 
 typedef struct {
   uint32_t seq;      /* futex word: bumped by anyone who gives this rank something to do */
-  uint32_t sleeping; /* this rank sleeps (or is about to) on seq */
-  char pad[56];
+  uint32_t sleeping; /* CHORUS_BELL_*: how this rank sleeps (or is about to) */
+  int32_t pid;       /* the owner's process and its epoll wake-up eventfd there, so peers can */
+  int32_t wakefd;    /* take a copy of it (pidfd_getfd) and wake it out of epoll */
+  uint32_t wakes_all; /* the owner holds a working copy of every local peer's eventfd */
+  char pad[44];
 } chorus_shm_bell_t;
+
+/* How a rank sleeps: not at all; on its bell's futex (only shared memory to wait for); in
+ * epoll (sockets too), where a ring must write its eventfd instead. */
+enum { CHORUS_BELL_AWAKE = 0, CHORUS_BELL_FUTEX = 1, CHORUS_BELL_EPOLL = 2 };
 
 /* Per local rank, for memory-semantics collectives: counters only the owner writes, and the
  * signature of the operation it is running (checked by the others before they touch its
@@ -97,7 +104,12 @@ size_t chorus__shm_ring_space(const chorus_shm_ring_t* r, size_t ring_bytes);
 
 /* Doorbells: ring wakes the rank if it sleeps; wait sleeps until bumped past `seen` or
  * timeout_ms passes. */
-void chorus__shm_bell_ring(chorus_shm_bell_t* bell);
+/* Wakes the bell's owner if it sleeps: its futex, or in epoll its eventfd (wakefd: this
+ * process's copy of it, -1 when there is none). */
+void chorus__shm_bell_ring(chorus_shm_bell_t* bell, int wakefd);
+/* Switches an armed bell (chorus__shm_bell_arm returned seen) to an epoll sleep; 0 when it was
+ * rung since, so the caller must not sleep. */
+int chorus__shm_bell_arm_epoll(chorus_shm_bell_t* bell, uint32_t seen);
 uint32_t chorus__shm_bell_arm(chorus_shm_bell_t* bell);
 void chorus__shm_bell_wait(chorus_shm_bell_t* bell, uint32_t seen, int timeout_ms);
 void chorus__shm_bell_disarm(chorus_shm_bell_t* bell);

@@ -5,9 +5,17 @@
  * the leader then announces one verdict to all (shared memory for everyone, or TCP for
  * everyone, so both ends of every pair agree) and closes its fd: from then on the segment
  * lives only in the mappings and vanishes with the last process, however it ends.
+ *
+ * Each rank also publishes its pid and epoll wake-up eventfd in its doorbell line before it
+ * answers, and once the verdict is in takes a copy of every local peer's (pidfd_getfd), so
+ * that a peer can wake it while it sleeps in epoll on sockets and shared memory at once.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -17,6 +25,45 @@
 
 static int peer_fd(const chorus_transport_t* tp, int peer) { return tp->peers[peer].socks[0].fd; }
 
+static void publish_wakefd(chorus_transport_t* tp, int my_local) {
+  chorus_shm_bell_t* me = chorus__shm_bell(&tp->shm, my_local);
+  __atomic_store_n(&me->pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+  __atomic_store_n(&me->wakefd, (int32_t)tp->wakefd, __ATOMIC_RELEASE);
+}
+
+/* This process's copy of the eventfd that local rank i published, or -1. */
+static int take_wakefd(const chorus_transport_t* tp, int i) {
+  const chorus_shm_bell_t* b = chorus__shm_bell(&tp->shm, i);
+  int pid = __atomic_load_n(&b->pid, __ATOMIC_RELAXED), fd = __atomic_load_n(&b->wakefd, __ATOMIC_ACQUIRE);
+  if (pid <= 0 || fd < 0) return -1;
+  if (pid == getpid()) return fcntl(fd, F_DUPFD_CLOEXEC, 0); /* ranks as threads of one process */
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd < 0) return -1;
+  int copy = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+  close(pidfd);
+  return copy;
+#else
+  return -1;
+#endif
+}
+
+/* Copies of every local peer's eventfd; says in this rank's bell whether all worked. Without
+ * them, waits that watch sockets and shared memory at once poll (transport.c). */
+static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local) {
+  int all = 1;
+  tp->local_wakefd = malloc((size_t)nlocal * sizeof(int));
+  for (int i = 0; i < nlocal; i++) {
+    int fd = tp->local_wakefd && i != my_local ? take_wakefd(tp, i) : -1;
+    if (tp->local_wakefd) tp->local_wakefd[i] = fd;
+    if (i != my_local && fd < 0) all = 0;
+  }
+  if (!all)
+    CH_INFO(INIT, tp->rank, "cannot take a copy of every local peer's eventfd (%s): waits on sockets and shared "
+            "memory together will poll", strerror(errno));
+  __atomic_store_n(&chorus__shm_bell(&tp->shm, my_local)->wakes_all, (uint32_t)all, __ATOMIC_RELEASE);
+}
+
 static chorus_status_t leader_side(chorus_transport_t* tp, const int* local, int nlocal, size_t ring_bytes,
                                    size_t slot_bytes, uint64_t deadline, int* verdict) {
   char name[SHM_NAME_LEN] = "", err[256];
@@ -24,6 +71,8 @@ static chorus_status_t leader_side(chorus_transport_t* tp, const int* local, int
   if (chorus__shm_create(name, sizeof(name), nlocal, ring_bytes, slot_bytes, &tp->shm, &fd, err, sizeof(err)) < 0) {
     CH_WARN(tp->rank, "same-host peers fall back to TCP: %s", err);
     name[0] = '\0';
+  } else {
+    publish_wakefd(tp, 0);
   }
   chorus_status_t st = CHORUS_OK;
   for (int i = 1; i < nlocal && st >= 0; i++) st = chorus__sock_write_all(peer_fd(tp, local[i]), name, sizeof(name), deadline);
@@ -53,6 +102,7 @@ static chorus_status_t member_side(chorus_transport_t* tp, int leader, int nloca
   if (name[0]) {
     answer = chorus__shm_attach(name, nlocal, my_local, &tp->shm, err, sizeof(err));
     if (answer < 0) CH_WARN(tp->rank, "same-host peers fall back to TCP: %s", err);
+    else publish_wakefd(tp, my_local);
   }
   int32_t v = 0;
   st = chorus__sock_write_all(peer_fd(tp, leader), &answer, sizeof(answer), deadline);
@@ -75,6 +125,8 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   }
   tp->shm.my_local = my_local;
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
+  tp->local_ranks = local;
+  take_wakefds(tp, nlocal, my_local);
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
   tp->shm_all_local = nlocal == tp->nranks;
   for (int i = 0; i < nlocal; i++) {
@@ -84,6 +136,7 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
     s->tx_ring = chorus__shm_ring(&tp->shm, my_local, i);
     s->rx_ring = chorus__shm_ring(&tp->shm, i, my_local);
     s->peer_bell = chorus__shm_bell(&tp->shm, i);
+    s->peer_wakefd = tp->local_wakefd ? tp->local_wakefd[i] : -1;
   }
   CH_INFO(INIT, tp->rank, "shared memory with %d local peer(s), rings of %zu bytes", nlocal - 1, tp->shm.ring_bytes);
   return CHORUS_OK;

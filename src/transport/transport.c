@@ -4,7 +4,8 @@
  * and received straight into the destination buffer once the header has been validated.
  * Messages of CHORUS_STRIPE_MIN_BYTES and more to a TCP peer are cut into one part per socket.
  * Waiting: epoll over the sockets, or, when only same-host peers are pending, this rank's
- * futex doorbell. Status frames (frame.h) ride on the TCP sockets: a rank that timed out asks
+ * futex doorbell; with both pending, epoll, where same-host peers wake it through its eventfd
+ * (they hold copies: shm_setup.c), so neither kind of event waits for the other. Status frames (frame.h) ride on the TCP sockets: a rank that timed out asks
  * its peers, which answer from their progress passes; they never count as progress.
  */
 #include <errno.h>
@@ -50,7 +51,7 @@ static ssize_t stream_writev(chorus_transport_t* tp, chorus_stream_t* s, const s
   if (!s->is_shm) return chorus__tcp_writev(s, iov, niov);
   if (s->peer_closed) return -EPIPE;
   size_t n = chorus__shm_ring_write(s->tx_ring, tp->shm.ring_bytes, iov, niov);
-  if (n) chorus__shm_bell_ring(s->peer_bell);
+  if (n) chorus__shm_bell_ring(s->peer_bell, s->peer_wakefd);
   return (ssize_t)n;
 }
 
@@ -62,7 +63,7 @@ static ssize_t stream_read(chorus_transport_t* tp, chorus_stream_t* s, void* buf
   }
   size_t n = chorus__shm_ring_read(s->rx_ring, tp->shm.ring_bytes, buf, len);
   if (n) {
-    chorus__shm_bell_ring(s->peer_bell); /* the writer may wait for space */
+    chorus__shm_bell_ring(s->peer_bell, s->peer_wakefd); /* the writer may wait for space */
     return (ssize_t)n;
   }
   return s->peer_closed ? -EPIPE : 0;
@@ -448,17 +449,34 @@ void chorus__transport_disarm(chorus_transport_t* tp) {
   if (tp->my_bell) chorus__shm_bell_disarm(tp->my_bell);
 }
 
+/* 1 when every local peer holds a copy of this rank's eventfd (they say so in their bells
+ * once they took them, at creation). */
+static int local_peers_wake_epoll(chorus_transport_t* tp) {
+  if (tp->epoll_wakes) return 1;
+  for (int i = 0; i < tp->shm.nlocal; i++)
+    if (i != tp->shm.my_local && !__atomic_load_n(&chorus__shm_bell(&tp->shm, i)->wakes_all, __ATOMIC_ACQUIRE))
+      return 0;
+  tp->epoll_wakes = 1;
+  return 1;
+}
+
 void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms, uint32_t seen) {
   int tcp, shm, shm_ready;
   pending_kinds(tp, &tcp, &shm, &shm_ready);
-  if (!tp->my_bell || (tcp && !shm)) {
-    chorus__transport_disarm(tp);
+  if (!tp->my_bell) {
     collect_events(tp, timeout_ms);
     return;
   }
-  if (tcp) { /* both kinds pending: poll the sockets briefly, then look at the rings again */
+  if (tcp) {
+    /* Sockets, and maybe shared memory (rings, or flags of a memory-semantics phase that this
+     * function cannot see): epoll, with the doorbell switched to wake it there. */
+    if (local_peers_wake_epoll(tp)) {
+      int ms = shm_ready || !chorus__shm_bell_arm_epoll(tp->my_bell, seen) ? 0 : timeout_ms;
+      collect_events(tp, ms);
+    } else { /* no way to be woken from epoll: look at shared memory every millisecond */
+      collect_events(tp, timeout_ms < 1 ? timeout_ms : 1);
+    }
     chorus__transport_disarm(tp);
-    collect_events(tp, timeout_ms < 1 ? timeout_ms : 1);
     return;
   }
   /* Shared-memory transfers, or a memory-semantics collective polling flags: the doorbell. */
@@ -475,7 +493,7 @@ void chorus__transport_wake(chorus_transport_t* tp) {
   if (tp->wakefd >= 0 && write(tp->wakefd, &one, sizeof(one)) < 0) {
     /* The counter is saturated: a wake-up is already pending. */
   }
-  if (tp->my_bell) chorus__shm_bell_ring(tp->my_bell);
+  if (tp->my_bell) chorus__shm_bell_ring(tp->my_bell, -1); /* in epoll, the write above wakes it */
 }
 
 int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, size_t* bytes_left) {
@@ -547,6 +565,10 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
     tp->windows = w->next;
     chorus__window_destroy(w);
   }
+  for (int i = 0; tp->local_wakefd && i < tp->shm.nlocal; i++)
+    if (tp->local_wakefd[i] >= 0) close(tp->local_wakefd[i]);
+  free(tp->local_wakefd);
+  tp->local_wakefd = NULL;
   chorus__shm_detach(&tp->shm);
   tp->my_bell = NULL;
   tp->my_ctl = NULL;

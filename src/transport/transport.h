@@ -37,6 +37,7 @@ typedef struct chorus_stream {
   struct chorus_shm_ring* tx_ring;
   struct chorus_shm_ring* rx_ring;
   chorus_shm_bell_t* peer_bell; /* rung after writing (data) and after reading (space) */
+  int peer_wakefd;              /* this process's copy of the peer's wake-up eventfd, or -1 */
   chorus_xfer_queue_t sendq;
   chorus_xfer_queue_t recvq;
   size_t tx_hdr_off, tx_off; /* progress of the head send's frame */
@@ -78,6 +79,9 @@ typedef struct chorus_transport {
   chorus_peer_t* peers;
   chorus_shm_seg_t shm;        /* this host's segment; base NULL without shm peers */
   chorus_shm_bell_t* my_bell;  /* this rank's doorbell in it */
+  const int* local_ranks;      /* communicator rank of every local index (the host's group) */
+  int* local_wakefd;           /* per local index: a copy of that rank's eventfd, or -1 */
+  int epoll_wakes;             /* 1 once every local peer can wake this rank out of epoll */
   chorus_shm_ctl_t* my_ctl;    /* this rank's control block in it (its heartbeat) */
   uint64_t beat;               /* the heartbeat value last stamped */
   int shm_all_local;           /* every rank of the communicator maps the segment */
