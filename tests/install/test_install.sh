@@ -61,8 +61,9 @@ unset CHORUS_LIBRARY CHORUS_PREFIX PYTHONPATH LD_LIBRARY_PATH PKG_CONFIG_PATH CM
 run "cmake --install" cmake --install "$BUILD" --prefix "$PREFIX"
 LIB=$PREFIX/$LIBDIR
 [ -f "$PREFIX/$INCLUDEDIR/chorus.h" ] || fail "no $INCLUDEDIR/chorus.h in the prefix"
-[ -f "$LIB/libchorus.so.$VERSION" ] && [ ! -L "$LIB/libchorus.so.$VERSION" ] ||
+if [ ! -f "$LIB/libchorus.so.$VERSION" ] || [ -L "$LIB/libchorus.so.$VERSION" ]; then
   fail "no library file $LIBDIR/libchorus.so.$VERSION"
+fi
 [ "$(readlink "$LIB/libchorus.so.0")" = "libchorus.so.$VERSION" ] ||
   fail "$LIBDIR/libchorus.so.0 is not a link to libchorus.so.$VERSION"
 [ "$(readlink "$LIB/libchorus.so")" = "libchorus.so.0" ] ||
@@ -166,7 +167,9 @@ EOF
 
 # Through pkg-config, into the venv.
 run "pip install (PKG_CONFIG_PATH)" env PKG_CONFIG_PATH="$LIB/pkgconfig" "$VPY" "${PIP[@]}" "$TMP/pysrc"
-[ ! -e "$TMP/venv/lib/python3"*/site-packages/chorus/libchorus.so ] || fail "pip bundled a library instead of using the prefix's"
+VPKG=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/chorus
+[ -f "$VPKG/_install_info.py" ] || fail "pip installed no chorus package with _install_info.py in $VPKG"
+[ ! -e "$VPKG/libchorus.so" ] || fail "pip bundled a library instead of using the prefix's"
 cd "$TMP" || fail "cd $TMP"
 run "python (pkg-config), 1 rank" timeout 60 "$VPY" -c "$CHECK" "$LIB" pkg-config
 grep -q "^python ok: rank 0 of 1" "$LOG" || fail "python (pkg-config): $(cat "$LOG")"
