@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317 # functions run through part(), which shellcheck cannot follow
 # scripts/test.sh - the build-and-test driver (.ci/run calls exactly this). Installs missing
-# build tools on Debian 12, builds three trees of the one CMake project - build/ (normal,
+# build tools on Debian 12, builds three trees of the one CMake project with warnings as errors
+# (-DCHORUS_WERROR=ON) - build/ (normal,
 # RelWithDebInfo), build-asan/ (-DCHORUS_ASAN=ON: ASan+UBSan), build-tsan/ (-DCHORUS_TSAN=ON) -
 # runs every test in build/ and the `quick` label in the sanitizer trees, prints the time of
 # each part and a summary, and exits non-zero if anything failed.
@@ -58,8 +59,15 @@ install_missing() {
   /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
   /usr/bin/python3 -c 'import sklearn' 2>/dev/null || missing+=(python3-sklearn)
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  # The install test (tests/install): pkg-config, and a venv with pip that installs python/
+  # offline (python3-venv brings ensurepip's pip and setuptools wheels; the build itself, with
+  # --no-build-isolation, uses Debian's setuptools and wheel).
+  command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+  /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+  /usr/bin/python3 -c 'import setuptools' 2>/dev/null || missing+=(python3-setuptools)
+  /usr/bin/python3 -c 'import wheel' 2>/dev/null || missing+=(python3-wheel)
   if [ "${#missing[@]}" -eq 0 ]; then
-    echo "cmake, gcc, make, libc6-dev, iproute2, python3-numpy/torch/sklearn are present"
+    echo "cmake, gcc, make, libc6-dev, iproute2, pkg-config, python3-numpy/torch/sklearn/venv/setuptools/wheel are present"
     return 0
   fi
   echo "installing: ${missing[*]}"
@@ -74,7 +82,8 @@ install_missing() {
 build_tree() {
   local dir=$ROOT/$1
   shift
-  cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" &&
+  # Warnings are errors here (CHORUS_WERROR is off by default, for users' builds).
+  cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_WERROR=ON "$@" &&
     cmake --build "$dir" -j "$JOBS"
 }
 

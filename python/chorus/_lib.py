@@ -13,6 +13,7 @@ import os
 
 LIBRARY_ENV_VAR = "CHORUS_LIBRARY"
 LIBRARY_BASENAME = "libchorus.so"
+LIBRARY_SONAME = "libchorus.so.0"
 
 # The chorus_config_t layout below is the one of header version 0.1.0 (CHORUS_VERSION_CODE).
 HEADER_VERSION_CODE = 100
@@ -35,11 +36,25 @@ class ConfigStruct(ctypes.Structure):
     ]
 
 
+def _recorded_library():
+    """The installed library setup.py found at build time (CHORUS_PREFIX, pkg-config or
+    CMAKE_PREFIX_PATH), from the generated module; None in a source tree or when bundled."""
+    try:
+        from . import _install_info
+    except ImportError:
+        return None
+    return getattr(_install_info, "LIBRARY_PATH", None)
+
+
 def _library_candidates():
-    """Paths to try, in order: $CHORUS_LIBRARY, next to the package, the repository's build
-    directories (when running from the source tree), then the system's library path."""
+    """Paths to try, in order: next to the package (bundled), the installed library the package
+    was built against, the repository's build directories (when running from the source tree),
+    then the dynamic loader's search (ldconfig's cache, LD_LIBRARY_PATH, the default paths)."""
     package_dir = os.path.dirname(os.path.abspath(__file__))
     yield from sorted(glob.glob(os.path.join(package_dir, LIBRARY_BASENAME + "*")))
+    recorded = _recorded_library()
+    if recorded:
+        yield recorded
     repo_dir = os.path.dirname(os.path.dirname(package_dir))
     build_dirs = glob.glob(os.path.join(repo_dir, "build*"))
     # The conventional "build" first, then the most recently built of the others.
@@ -49,6 +64,9 @@ def _library_candidates():
     system_name = ctypes.util.find_library("chorus")
     if system_name:
         yield system_name
+    # dlopen's own search by SONAME, which also covers LD_LIBRARY_PATH (find_library may not).
+    if system_name != LIBRARY_SONAME:
+        yield LIBRARY_SONAME
 
 
 def _mtime_or_zero(directory):
@@ -78,7 +96,8 @@ def _load_library():
         except OSError as exc:
             tried.append(f"{path} ({exc})")
     raise ImportError(
-        "chorus: cannot find libchorus.so; set CHORUS_LIBRARY to its path. Tried: "
+        "chorus: cannot find libchorus.so; set CHORUS_LIBRARY to its path (or reinstall the "
+        "package with CHORUS_PREFIX set to Chorus's install prefix). Tried: "
         + ", ".join(tried)
     )
 

@@ -78,7 +78,7 @@ chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x) {
   if (!match) return chorus__xq_push(mine, x) ? CHORUS_ERR_NO_MEMORY : CHORUS_OK;
   chorus_xfer_t* send = x->is_send ? x : match;
   chorus_xfer_t* recv = x->is_send ? match : x;
-  char why[256];
+  char why[CHORUS_FRAME_WHY_LEN];
   chorus_status_t st = chorus__frame_check(&send->hdr, &recv->hdr, why, sizeof(why));
   if (st < 0) {
     snprintf(tp->err, sizeof(tp->err), "a send of rank %d to itself does not match its receive: %s",
@@ -97,13 +97,13 @@ chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x) {
 void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outlen) {
   const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
   if (h->coll == CH_COLL_SEND) {
-    snprintf(out, outlen, "point-to-point message #%llu (%llu x %s, tag %u, %llu bytes)",
+    snprintf(out, outlen, "point-to-point message #%llu (%llu x %.15s, tag %u, %llu bytes)",
              (unsigned long long)h->seq, (unsigned long long)h->count, dt ? dt : "?", h->tag,
              (unsigned long long)h->nbytes);
     return;
   }
   const char* op = chorus_op_name((chorus_op_t)h->op);
-  snprintf(out, outlen, "%s #%llu (count %llu, %s, %s, root %d, tag %u, %llu bytes)",
+  snprintf(out, outlen, "%.15s #%llu (count %llu, %.15s, %.15s, root %d, tag %u, %llu bytes)",
            chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq,
            (unsigned long long)h->count, dt ? dt : "?", op ? op : "?", h->root, h->tag,
            (unsigned long long)h->nbytes);
@@ -113,7 +113,7 @@ chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_
                                     char* why, size_t whylen) {
   if (got->magic == CHORUS_FRAME_ABORT_MAGIC && got->version == CHORUS_PROTO_VERSION &&
       got->comm_id == want->comm_id) {
-    char g[200], w[200];
+    char g[CHORUS_FRAME_DESC_LEN], w[CHORUS_FRAME_DESC_LEN];
     chorus__frame_describe(got, g, sizeof(g));
     chorus__frame_describe(want, w, sizeof(w));
     snprintf(why, whylen, "mismatched calls: the peer runs %s and gave up on this rank's %s", g, w);
@@ -136,7 +136,7 @@ chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_
   if (got->coll != want->coll || got->seq != want->seq || got->tag != want->tag ||
       got->nbytes != want->nbytes || got->count != want->count || got->dtype != want->dtype ||
       got->op != want->op || got->root != want->root) {
-    char g[200], w[200];
+    char g[CHORUS_FRAME_DESC_LEN], w[CHORUS_FRAME_DESC_LEN];
     chorus__frame_describe(got, g, sizeof(g));
     chorus__frame_describe(want, w, sizeof(w));
     snprintf(why, whylen, "mismatched calls: the peer sent %s, this rank expected %s", g, w);

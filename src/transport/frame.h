@@ -49,12 +49,22 @@ typedef struct {
 
 _Static_assert(sizeof(chorus_frame_hdr_t) == 48, "frame header must stay 48 bytes");
 
+/* Bytes that always hold a header's description, NUL included. The longest is a collective's:
+ * 36 bytes of fixed text, three names printed with at most 15 characters each (%.15s), three
+ * 20-digit 64-bit numbers, a 10-digit tag and an 11-character root: 162 characters. */
+#define CHORUS_FRAME_DESC_LEN 176
+/* Bytes that always hold chorus__frame_check's sentence, NUL included: 60 bytes of fixed text
+ * around two descriptions of at most CHORUS_FRAME_DESC_LEN - 1 characters each. */
+#define CHORUS_FRAME_WHY_LEN (2 * CHORUS_FRAME_DESC_LEN + 64)
+
 /* Compares a received header with the one this rank expects. Returns OK, ERR_PROTOCOL (not a
- * Chorus frame, other version or communicator) or ERR_MISMATCH, with a sentence in why. */
+ * Chorus frame, other version or communicator) or ERR_MISMATCH, with a sentence in why; a why of
+ * CHORUS_FRAME_WHY_LEN bytes holds every sentence whole (a smaller one gets it truncated). */
 chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
                                     char* why, size_t whylen);
 
-/* "allreduce #12 (count 1024, float32, sum, root 0, tag 3, 4096 bytes)" */
+/* "allreduce #12 (count 1024, float32, sum, root 0, tag 3, 4096 bytes)"; whole in an out of
+ * CHORUS_FRAME_DESC_LEN bytes. */
 void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outlen);
 
 #endif /* CHORUS_FRAME_H */

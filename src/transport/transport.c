@@ -211,7 +211,7 @@ static int read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status
 static int recv_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t* x, chorus_status_t* st, int* moved) {
   if (!read_header(tp, s, st)) return 0;
   (*moved)++;
-  char why[400];
+  char why[CHORUS_FRAME_WHY_LEN];
   *st = chorus__frame_check(&s->rx_hdr, &x->hdr, why, sizeof(why));
   if (*st == CHORUS_ERR_MISMATCH && s->rx_hdr.magic == CHORUS_FRAME_MAGIC) send_abort(tp, s, &x->hdr);
   if (*st < 0) {
