@@ -41,7 +41,8 @@ static const char* const call_names[CH_COLL_COUNT] = {
 };
 
 /* Fills in a task for call a on comm: everything but the algorithm's own state. */
-static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_coll_args_t* a, int blocking) {
+static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_coll_args_t* a, int blocking,
+                         int internal) {
   t->args = *a;
   t->comm = comm;
   t->rank = comm->rank;
@@ -51,6 +52,7 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
   t->dtype_size = chorus_dtype_size(a->dtype);
   t->chunk_bytes = comm->chunk_bytes;
   t->blocking = blocking;
+  t->internal = internal;
 }
 
 /* Selects and prepares the algorithm, stamps the sequence numbers and queues t; a blocking call
@@ -58,7 +60,9 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
  * its algorithm state is released here). */
 static chorus_status_t post(chorus_comm_t* comm, chorus_task_t* t, int* queued) {
   *queued = 0;
-  chorus_status_t st = chorus__select(comm, t);
+  chorus_status_t st = CHORUS_OK;
+  if (t->internal) t->algo = chorus__algo_find(t->args.coll, NULL);
+  else st = chorus__select(comm, t);
   if (st >= 0) st = t->algo->init(t);
   if (st < 0) {
     if (st == CHORUS_ERR_NO_MEMORY)
@@ -80,8 +84,8 @@ static chorus_status_t post(chorus_comm_t* comm, chorus_task_t* t, int* queued) 
   return st;
 }
 
-static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int blocking,
-                             chorus_req_t** out) {
+static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int blocking, int internal,
+                                  chorus_req_t** out) {
   /* A NULL, destroyed or never-created communicator: refused without touching its memory. */
   if (!chorus__live_check(comm, call_names[a.coll])) return CHORUS_ERR_INVALID_ARG;
   if (!blocking && !out) {
@@ -111,7 +115,7 @@ static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int bloc
     pthread_mutex_unlock(&comm->mu);
     return CHORUS_ERR_NO_MEMORY;
   }
-  task_prepare(&req->task, comm, &a, blocking);
+  task_prepare(&req->task, comm, &a, blocking, internal);
   int queued;
   st = post(comm, &req->task, &queued);
   pthread_mutex_unlock(&comm->mu);
@@ -122,6 +126,10 @@ static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int bloc
   }
   *out = req;
   return CHORUS_OK;
+}
+
+static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int blocking, chorus_req_t** out) {
+  return start_call(comm, a, blocking, 0, out);
 }
 
 CHORUS_API chorus_status_t chorus_test(chorus_req_t* req, int* done) {
@@ -223,4 +231,9 @@ CHORUS_API chorus_status_t chorus_sendrecv(const void* s, size_t sn, int dst, vo
 }
 CHORUS_API chorus_status_t chorus_isendrecv(const void* s, size_t sn, int dst, void* r, size_t rn, int src, chorus_dtype_t dt, chorus_comm_t* c, chorus_req_t** q) {
   return start(c, sendrecv_args(s, sn, dst, r, rn, src, dt), 0, q);
+}
+
+chorus_status_t chorus__sendrecv_internal(const void* s, size_t sn, int dst, void* r, size_t rn, int src,
+                                          chorus_comm_t* c) {
+  return start_call(c, sendrecv_args(s, sn, dst, r, rn, src, CHORUS_UINT8), 1, 1, NULL);
 }

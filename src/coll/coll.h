@@ -11,4 +11,9 @@ chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t
 /* Chooses t->algo: the CHORUS_ALGO override, else the cheapest supported algorithm. */
 chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
 
+/* A blocking exchange of bytes for the library itself (the link probe): the first registered
+ * algorithm, no CHORUS_ALGO rule, no recorder or trace entry. */
+chorus_status_t chorus__sendrecv_internal(const void* sendbuf, size_t bytes, int dst, void* recvbuf,
+                                          size_t recvbytes, int src, chorus_comm_t* comm);
+
 #endif /* CHORUS_COLL_H */

@@ -106,6 +106,7 @@ typedef struct chorus_task {
   uint64_t start_ns;         /* when the algorithm started */
   uint64_t last_progress_ns; /* last time any of its transfers moved */
   int blocking;              /* posted by a blocking call */
+  int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */
   uint64_t rec_index;        /* its entry in the flight recorder */
 } chorus_task_t;
 

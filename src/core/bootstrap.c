@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/comm.h"
+#include "coll/tune.h"
 #include "core/live.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -163,6 +164,7 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
   }
   st = gather_infos(comm, store, infos, deadline);
   if (st >= 0) st = chorus__comm_connect(comm, listen_fd, infos);
+  if (st >= 0) st = chorus__tune_links(comm, store);
   if (st >= 0) st = chorus__store_done(store, comm->nranks);
 out:
   if (st < 0 && comm->last_error[0]) CH_WARN(comm->rank, "%s", comm->last_error);
@@ -368,7 +370,10 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
     c->connect_timeout_sec = comm->connect_timeout_sec;
     c->nsocks = comm->nsocks;
     memcpy(c->host_id, comm->host_id, sizeof(c->host_id));
+    c->cost.intra = comm->cost.intra; /* the same links: no probe, unless variables say otherwise */
+    c->cost.inter = comm->cost.inter;
     st = chorus__comm_connect(c, listen_fd, sub);
+    if (st >= 0) st = chorus__tune_links(c, NULL);
     if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", c->last_error);
   }
   free(sub);

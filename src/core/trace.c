@@ -194,11 +194,12 @@ void chorus__trace_comm_fini(chorus_comm_t* comm) {
 
 static chorus_rec_entry_t* entry_of(chorus_comm_t* comm, const chorus_task_t* t) {
   chorus_recorder_t* r = &comm->recorder;
-  if (!r->cap || r->recorded - t->rec_index > r->cap) return NULL; /* overwritten since */
+  if (t->internal || !r->cap || r->recorded - t->rec_index > r->cap) return NULL; /* overwritten since */
   return &r->entries[t->rec_index % r->cap];
 }
 
 void chorus__trace_posted(chorus_comm_t* comm, chorus_task_t* t) {
+  if (t->internal) return;
   chorus_recorder_t* r = &comm->recorder;
   t->rec_index = r->recorded;
   if (!r->cap) return;
@@ -218,7 +219,7 @@ void chorus__trace_started(chorus_comm_t* comm, chorus_task_t* t) {
 }
 
 static void trace_event(chorus_comm_t* comm, const chorus_task_t* t, uint64_t end_ns, chorus_status_t st) {
-  if (!__atomic_load_n(&trace_out, __ATOMIC_ACQUIRE)) return;
+  if (t->internal || !__atomic_load_n(&trace_out, __ATOMIC_ACQUIRE)) return;
   uint64_t start = t->start_ns ? t->start_ns : t->post_ns;
   const char* op = chorus_op_name(t->args.op);
   pthread_mutex_lock(&trace_mu);

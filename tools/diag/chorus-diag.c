@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
+#include "coll/tune.h"
 #include "chorus.h"
 #include "core/comm.h"
 #include "core/param.h"
@@ -22,12 +23,15 @@ static void usage(FILE* out) {
   fprintf(out,
           "usage: chorus-diag [--version] [--params] [--algos]\n"
           "       chorus-run -n N chorus-diag [--topo] [--links [--bytes N] [--json FILE] [--svg FILE]] [--check]\n"
+          "                                   [--tune FILE]\n"
           "  --version  library version and build\n"
           "  --params   every CHORUS_* variable: default, current value, meaning\n"
           "  --algos    the algorithm registry (names accepted by CHORUS_ALGO)\n"
           "  --topo     hosts, local ranks and the transport to each peer (needs a launcher)\n"
           "  --links    all-pairs latency and bandwidth; links under half the median are flagged\n"
-          "  --check    every collective once, results verified on every rank\n");
+          "  --check    every collective once, results verified on every rank\n"
+          "  --tune F   measures the intra-host and inter-host links (rank 0 with the first rank of its\n"
+          "             host and of another host) and writes F for CHORUS_TUNE=F\n");
 }
 
 static double now_sec(void) {
@@ -185,6 +189,38 @@ static void write_svg(const char* path, int n, const double* bw, double median) 
   fclose(f);
 }
 
+/* The cost model's figures, measured longer than the probe at creation does, into path. */
+static void write_tune(chorus_comm_t* comm, int rank, int n, const char* path) {
+  const char* mine = chorus__comm_peer_host(comm, 0);
+  int intra = -1, inter = -1;
+  for (int p = 1; p < n; p++) {
+    int same = strcmp(chorus__comm_peer_host(comm, p), mine) == 0;
+    if (same && intra < 0) intra = p;
+    if (!same && inter < 0) inter = p;
+  }
+  chorus_link_model_t links[2] = {{0, 0}, {0, 0}};
+  int peers[2] = {intra, inter};
+  for (int i = 0; i < 2; i++) {
+    if (peers[i] < 0 || (rank != 0 && rank != peers[i])) continue;
+    CHECK(chorus__tune_measure(comm, rank == 0 ? peers[i] : 0, 50, 1u << 20, &links[i]));
+  }
+  CHECK(chorus_barrier(comm));
+  if (rank != 0) return;
+  FILE* f = fopen(path, "w");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  fprintf(f, "# chorus-diag --tune: link figures for CHORUS_TUNE=%s (level alpha_us bytes_per_us)\n", path);
+  if (intra >= 0) fprintf(f, "intra %.3f %.1f\n", links[0].alpha_us, links[0].bytes_per_us);
+  if (inter >= 0) fprintf(f, "inter %.3f %.1f\n", links[1].alpha_us, links[1].bytes_per_us);
+  fclose(f);
+  printf("# links written to %s:", path);
+  if (intra >= 0) printf(" intra %.1f us + %.0f B/us (ranks 0-%d)", links[0].alpha_us, links[0].bytes_per_us, intra);
+  if (inter >= 0) printf(" inter %.1f us + %.0f B/us (ranks 0-%d)", links[1].alpha_us, links[1].bytes_per_us, inter);
+  printf("\n");
+}
+
 static void report_links(chorus_comm_t* comm, int rank, int n, size_t bytes, const char* json, const char* svg) {
   double *lat = calloc((size_t)n * n, sizeof(double)), *bw = calloc((size_t)n * n, sizeof(double));
   char* buf = malloc(bytes);
@@ -318,7 +354,7 @@ static void report_check(chorus_comm_t* comm, int rank, int n) {
 int main(int argc, char** argv) {
   int want_params = 0, want_algos = 0, want_topo = 0, want_links = 0, want_check = 0, want_version = 0;
   size_t link_bytes = 4u << 20;
-  const char *json = NULL, *svg = NULL;
+  const char *json = NULL, *svg = NULL, *tune_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--params")) want_params = 1;
     else if (!strcmp(argv[i], "--algos")) want_algos = 1;
@@ -328,6 +364,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--version")) want_version = 1;
     else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svg = argv[++i];
+    else if (!strcmp(argv[i], "--tune") && i + 1 < argc) tune_path = argv[++i];
     else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) link_bytes = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       usage(stdout);
@@ -338,7 +375,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!(want_params || want_algos || want_topo || want_links || want_check || want_version)) {
+  if (!(want_params || want_algos || want_topo || want_links || want_check || want_version || tune_path)) {
     usage(stderr);
     return 2;
   }
@@ -357,7 +394,7 @@ int main(int argc, char** argv) {
            __DATE__);
   if (want_params) print_params();
   if (want_algos) print_algos();
-  if (!(want_topo || want_links || want_check)) return 0;
+  if (!(want_topo || want_links || want_check || tune_path)) return 0;
 
   chorus_comm_t* comm = NULL;
   chorus_status_t st = chorus_comm_init_env(&comm, NULL);
@@ -372,6 +409,7 @@ int main(int argc, char** argv) {
   if (want_topo) report_topo(comm, rank, n);
   if (want_links) report_links(comm, rank, n, link_bytes, json, svg);
   if (want_check) report_check(comm, rank, n);
+  if (tune_path) write_tune(comm, rank, n, tune_path);
   chorus_comm_destroy(comm);
   return 0;
 }

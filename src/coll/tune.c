@@ -1,0 +1,177 @@
+/*
+ * tune.c - the cost model's link figures (tune.h). The probe: on host 0, its first two ranks
+ * exchange messages over shared memory (the intra-host link), and host 0's first rank does the
+ * same with host 1's first rank over TCP (the inter-host link); 8-byte exchanges give alpha,
+ * 256 KiB ones the bandwidth; host 0's first rank publishes both in the bootstrap store and
+ * every rank reads them from there. About 1 ms on one host, a few ms over 2 Gbit/s links.
+ * Exchanges are the library's own point-to-point calls (numbered per pair, so the collective
+ * sequence still starts at 0 for the user; outside CHORUS_ALGO, the recorder and the trace).
+ */
+#include "coll/tune.h"
+
+#include "coll/coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/param.h"
+
+#define PROBE_SMALL_REPS 16
+#define PROBE_BIG_BYTES (256u * 1024u)
+#define PROBE_BIG_REPS 3
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* Microseconds of each of reps exchanges of `bytes` with peer, sorted. */
+static chorus_status_t time_exchanges(chorus_comm_t* comm, int peer, size_t bytes, int reps, char* buf,
+                                      double* us) {
+  for (int i = -1; i < reps; i++) { /* one warm-up */
+    uint64_t t0 = chorus__now_ns();
+    chorus_status_t st = chorus__sendrecv_internal(buf, bytes, peer, buf + bytes, bytes, peer, comm);
+    if (st < 0) return st;
+    if (i >= 0) us[i] = (double)(chorus__now_ns() - t0) / 1e3;
+  }
+  qsort(us, (size_t)reps, sizeof(double), cmp_double);
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes,
+                                     chorus_link_model_t* out) {
+  char* buf = calloc(2, big_bytes);
+  double* us = calloc((size_t)reps, sizeof(double));
+  chorus_status_t st = buf && us ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
+  double small = 0, big = 0;
+  if (st >= 0) st = time_exchanges(comm, peer, 8, reps, buf, us);
+  if (st >= 0) small = us[reps / 2];
+  if (st >= 0) st = time_exchanges(comm, peer, big_bytes, reps < PROBE_BIG_REPS ? reps : PROBE_BIG_REPS, buf, us);
+  if (st >= 0) big = us[0];
+  free(buf);
+  free(us);
+  if (st < 0) return st;
+  /* An exchange moves a message each way at once: its time is one transfer's. */
+  out->alpha_us = small > 0.1 ? small : 0.1;
+  out->bytes_per_us = (double)big_bytes / (big > small + 1.0 ? big - small : 1.0);
+  return CHORUS_OK;
+}
+
+/* ---- the probe, shared through the store ---- */
+
+typedef struct {
+  double intra[2], inter[2]; /* alpha_us, bytes_per_us; 0: not measured */
+} tune_figures_t;
+
+static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
+  const chorus_topo_t* topo = &comm->topo;
+  int a = topo->by_host[0];
+  int b = topo->host_size[0] > 1 ? topo->by_host[1] : -1;
+  int c = topo->nhosts > 1 ? topo->rails[1] : -1; /* host 1's first rank */
+  tune_figures_t f = {{0, 0}, {0, 0}};
+  chorus_link_model_t m;
+  chorus_status_t st = CHORUS_OK;
+  if (b >= 0 && (comm->rank == a || comm->rank == b)) {
+    st = chorus__tune_measure(comm, comm->rank == a ? b : a, PROBE_SMALL_REPS, PROBE_BIG_BYTES, &m);
+    f.intra[0] = m.alpha_us;
+    f.intra[1] = m.bytes_per_us;
+  }
+  if (st >= 0 && c >= 0 && (comm->rank == a || comm->rank == c)) {
+    st = chorus__tune_measure(comm, comm->rank == a ? c : a, PROBE_SMALL_REPS, PROBE_BIG_BYTES, &m);
+    f.inter[0] = m.alpha_us;
+    f.inter[1] = m.bytes_per_us;
+  }
+  if (st < 0) return st;
+  char key[64];
+  snprintf(key, sizeof(key), "%016llx/tune", (unsigned long long)comm->comm_id);
+  if (comm->rank == a) {
+    st = chorus__store_set(store, key, &f, sizeof(f));
+  } else {
+    void* val = NULL;
+    size_t len = 0;
+    st = chorus__store_get(store, key, &val, &len, comm->connect_timeout_sec * 1000);
+    if (st >= 0 && len == sizeof(f)) memcpy(&f, val, sizeof(f));
+    else if (st >= 0) st = CHORUS_ERR_PROTOCOL;
+    free(val);
+  }
+  if (st < 0) {
+    chorus__comm_set_error(comm, "rank %d: sharing the link probe's figures: %s", comm->rank,
+                           st == CHORUS_ERR_PROTOCOL ? "malformed entry" : chorus__store_error(store));
+    return st;
+  }
+  if (f.intra[1] > 0) comm->cost.intra = (chorus_link_model_t){f.intra[0], f.intra[1]};
+  if (f.inter[1] > 0) comm->cost.inter = (chorus_link_model_t){f.inter[0], f.inter[1]};
+  return CHORUS_OK;
+}
+
+/* ---- a file (chorus-diag --tune) and the variables ---- */
+
+static int parse_link(const char* txt, chorus_link_model_t* out) {
+  double alpha, beta;
+  char tail;
+  if (sscanf(txt, " %lf , %lf %c", &alpha, &beta, &tail) != 2 || !(alpha >= 0) || !(beta > 0)) return 0;
+  *out = (chorus_link_model_t){alpha, beta};
+  return 1;
+}
+
+static chorus_status_t read_file(chorus_comm_t* comm, const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) {
+    chorus__comm_set_error(comm, "CHORUS_TUNE=%s: cannot open the file (1, 0, or a file of chorus-diag --tune)", path);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  char line[256];
+  int lineno = 0, bad = 0;
+  while (!bad && fgets(line, sizeof(line), f)) {
+    lineno++;
+    char level[16];
+    double alpha, beta;
+    if (line[strspn(line, " \t")] == '#' || line[strspn(line, " \t\r\n")] == '\0') continue;
+    if (sscanf(line, " %15s %lf %lf", level, &alpha, &beta) != 3 || !(alpha >= 0) || !(beta > 0)) bad = 1;
+    else if (strcmp(level, "intra") == 0) comm->cost.intra = (chorus_link_model_t){alpha, beta};
+    else if (strcmp(level, "inter") == 0) comm->cost.inter = (chorus_link_model_t){alpha, beta};
+    else bad = 1;
+  }
+  fclose(f);
+  if (bad) {
+    chorus__comm_set_error(comm, "CHORUS_TUNE=%s: line %d is not \"intra|inter ALPHA_US BYTES_PER_US\"", path, lineno);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  return CHORUS_OK;
+}
+
+static chorus_status_t apply_variable(chorus_comm_t* comm, chorus_param_id_t id, const char* name,
+                                      chorus_link_model_t* link) {
+  const char* v = chorus__param_str(id);
+  if (!v[0]) return CHORUS_OK;
+  if (parse_link(v, link)) return CHORUS_OK;
+  chorus__comm_set_error(comm, "%s=%s: expected ALPHA_US,BYTES_PER_US (e.g. 15,2000)", name, v);
+  return CHORUS_ERR_INVALID_ARG;
+}
+
+chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
+  const char* spec = chorus__param_str(CHORUS_PARAM_TUNE);
+  chorus_status_t st = CHORUS_OK;
+  const char* source = "defaults";
+  if (strcmp(spec, "0") == 0) {
+  } else if (strcmp(spec, "1") == 0 || !spec[0]) {
+    if (store && comm->nranks > 1) {
+      st = probe(comm, store);
+      source = "probe";
+    }
+  } else {
+    st = read_file(comm, spec);
+    source = spec;
+  }
+  if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTRA, "CHORUS_LINK_INTRA", &comm->cost.intra);
+  if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTER, "CHORUS_LINK_INTER", &comm->cost.inter);
+  if (st < 0) return st;
+  comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
+  CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us", source,
+          comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us, comm->cost.inter.alpha_us,
+          comm->cost.inter.bytes_per_us);
+  return CHORUS_OK;
+}

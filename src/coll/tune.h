@@ -1,0 +1,21 @@
+/*
+ * tune.h - the link figures of the cost model (comm->cost): measured by a short probe when a
+ * communicator is created, read from a file chorus-diag --tune wrote, or given by variables
+ * (CHORUS_TUNE, CHORUS_LINK_INTRA, CHORUS_LINK_INTER). Every rank ends with the same figures,
+ * so that every rank selects the same algorithms.
+ */
+#ifndef CHORUS_COLL_TUNE_H
+#define CHORUS_COLL_TUNE_H
+
+#include "core/comm.h"
+
+/* Fills comm->cost's links. store: the bootstrap store (the probe shares its figures there);
+ * NULL for a communicator made by split, which keeps its parent's. Collective over comm. */
+chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store);
+
+/* The probe's figures between this rank and peer: half the exchange time of a small message
+ * (alpha) and the bandwidth of a large one. reps: exchanges per size. */
+chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes,
+                                     chorus_link_model_t* out);
+
+#endif /* CHORUS_COLL_TUNE_H */
