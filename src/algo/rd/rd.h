@@ -47,4 +47,11 @@ chorus_status_t chorus__rd_allreduce_start(const chorus_sched_t* s, chorus_rd_al
 chorus_status_t chorus__rd_allreduce_step(chorus_task_t* t, chorus_rd_allreduce_t* e);
 void chorus__rd_allreduce_free(chorus_rd_allreduce_t* e);
 
+/* Allgather: every member's recvbuf gets all n blocks of count elements (member i's block is
+ * block_of[i], or i); a member's sendbuf may be its own block of recvbuf (in place). */
+typedef struct chorus_rd_allgather chorus_rd_allgather_t;
+chorus_status_t chorus__rd_allgather_start(const chorus_sched_t* s, chorus_rd_allgather_t** out);
+chorus_status_t chorus__rd_allgather_step(chorus_task_t* t, chorus_rd_allgather_t* e);
+void chorus__rd_allgather_free(chorus_rd_allgather_t* e);
+
 #endif /* CHORUS_ALGO_RD_H */
