@@ -14,6 +14,7 @@ extern const chorus_algo_t chorus__algo_direct_allreduce;
 extern const chorus_algo_t chorus__algo_naive_allreduce;
 extern const chorus_algo_t chorus__algo_ring_allgather;
 extern const chorus_algo_t chorus__algo_rd_allgather;
+extern const chorus_algo_t chorus__algo_bruck_allgather;
 extern const chorus_algo_t chorus__algo_ring_reduce_scatter;
 extern const chorus_algo_t chorus__algo_binomial_broadcast;
 extern const chorus_algo_t chorus__algo_binomial_reduce;
