@@ -19,6 +19,7 @@ extern const chorus_algo_t chorus__algo_ring_reduce_scatter;
 extern const chorus_algo_t chorus__algo_binomial_broadcast;
 extern const chorus_algo_t chorus__algo_binomial_reduce;
 extern const chorus_algo_t chorus__algo_pairwise_alltoall;
+extern const chorus_algo_t chorus__algo_bruck_alltoall;
 extern const chorus_algo_t chorus__algo_dissemination_barrier;
 extern const chorus_algo_t chorus__algo_linear_gather;
 extern const chorus_algo_t chorus__algo_linear_scatter;
