@@ -9,11 +9,17 @@
 #include "algo/algo.h"
 
 extern const chorus_algo_t chorus__algo_ring_allreduce;
+extern const chorus_algo_t chorus__algo_rd_allreduce;
+extern const chorus_algo_t chorus__algo_direct_allreduce;
+extern const chorus_algo_t chorus__algo_naive_allreduce;
 extern const chorus_algo_t chorus__algo_ring_allgather;
+extern const chorus_algo_t chorus__algo_rd_allgather;
+extern const chorus_algo_t chorus__algo_bruck_allgather;
 extern const chorus_algo_t chorus__algo_ring_reduce_scatter;
 extern const chorus_algo_t chorus__algo_binomial_broadcast;
 extern const chorus_algo_t chorus__algo_binomial_reduce;
 extern const chorus_algo_t chorus__algo_pairwise_alltoall;
+extern const chorus_algo_t chorus__algo_bruck_alltoall;
 extern const chorus_algo_t chorus__algo_dissemination_barrier;
 extern const chorus_algo_t chorus__algo_linear_gather;
 extern const chorus_algo_t chorus__algo_linear_scatter;

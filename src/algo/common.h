@@ -53,6 +53,41 @@ static inline int chorus__algo_done(const chorus_algo_xfer_t* ax) {
   return ax->skipped || chorus__xfer_done(&ax->x);
 }
 
+static inline int chorus__algo_all_done(const chorus_algo_xfer_t* ax, int nx) {
+  for (int i = 0; i < nx; i++)
+    if (!chorus__algo_done(&ax[i])) return 0;
+  return 1;
+}
+
+/* The block of member m in a block-layout buffer (s->block_of, or m). */
+static inline int chorus__sched_block(const chorus_sched_t* s, int m) {
+  return s->block_of ? s->block_of[m] : m;
+}
+
+/* Posts the blocks (block_bytes each, block b at base + b * block_bytes) of members first,
+ * first+1, ..., first+cnt-1 (mod group size) to or from member peer: one transfer per run of
+ * those members whose blocks are adjacent in the buffer, in member order, so that both ends,
+ * walking the same members, post the same transfers. Uses ax[0 .. *nposted). */
+static inline chorus_status_t chorus__sched_post_blocks(chorus_task_t* t, const chorus_sched_t* s,
+                                                        chorus_algo_xfer_t* ax, int* nposted, int is_send,
+                                                        int peer, const char* base, size_t block_bytes,
+                                                        int first, int cnt, uint32_t tag) {
+  int n = s->group.size, k = 0;
+  for (int i = 0; i < cnt;) {
+    int b0 = chorus__sched_block(s, (first + i) % n), len = 1;
+    while (i + len < cnt && chorus__sched_block(s, (first + i + len) % n) == b0 + len) len++;
+    chorus_status_t st = chorus__sched_post(t, s, &ax[k++], is_send, peer, base + (size_t)b0 * block_bytes,
+                                            (size_t)len * block_bytes, tag);
+    if (st < 0) {
+      *nposted = k;
+      return st;
+    }
+    i += len;
+  }
+  *nposted = k;
+  return CHORUS_OK;
+}
+
 /* Copies src to dst unless they are the same bytes (an in-place call); memmove so that a
  * caller's overlapping in-place layout (e.g. scatter with recvbuf == sendbuf) stays correct. */
 static inline void chorus__algo_copy(void* dst, const void* src, size_t nbytes) {

@@ -14,6 +14,9 @@ const chorus_algo_t* const chorus__algos[] = {
     &chorus__algo_linear_gather,         &chorus__algo_linear_scatter,
     &chorus__algo_dissemination_barrier, &chorus__algo_direct_send,
     &chorus__algo_direct_recv,           &chorus__algo_direct_sendrecv,
+    &chorus__algo_rd_allreduce,          &chorus__algo_direct_allreduce,
+    &chorus__algo_naive_allreduce,       &chorus__algo_rd_allgather,
+    &chorus__algo_bruck_allgather,       &chorus__algo_bruck_alltoall,
     /* Same-host memory semantics: chosen by cost when every rank shares one host. */
     &chorus__algo_shm_allreduce,         &chorus__algo_shm_reduce_scatter,
     &chorus__algo_shm_allgather,         &chorus__algo_shm_broadcast,
