@@ -1,0 +1,45 @@
+/*
+ * rhd/reduce_scatter.c - recursive halving reduce_scatter; the engine lives in rhd/rhd.c.
+ *
+ * Steps (p = 2^k <= n < 2p, r = n - p; member i's block is block block_of[i] of the n-block
+ * input): fold: member 2i (i < r) sends all n blocks to 2i+1, which reduces them and stands
+ * for both; k halving rounds: exchange half of the current range of blocks with new rank
+ * q ^ (p >> i) and reduce the half kept, so new rank q ends with its members' blocks fully
+ * reduced (divided there for avg); unfold: 2i+1 sends block 2i's result to 2i. Runs column by
+ * column (elements c*j .. c*j+c-1 of every block, c = chunk elements) in a member-ordered work
+ * buffer of n * c elements, so scratch is bounded by the column, not the count.
+ * Bytes per rank (B = count * elem bytes): (p-1)/p * n * B sent and received in the rounds,
+ * plus n * B in the fold and B in the unfold for the first 2r members.
+ *
+ * Cost (alpha-beta, C = ceil(count / c) columns, f = 1 if r > 0 else 0):
+ * T = C * (k + 2f) * alpha + ((p-1)/p * n + f * (n + 1)) * B / beta; 0 for n = 1.
+ */
+#include "algo/algos.h"
+#include "algo/common.h"
+#include "algo/rhd/rhd.h"
+
+static double rhd_reduce_scatter_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  if (t->nranks <= 1) return 0.0;
+  int k = 0;
+  while ((2 << k) <= t->nranks) k++;
+  double n = t->nranks, p = (double)(1 << k), f = t->nranks > (1 << k) ? 1.0 : 0.0;
+  double block = (double)t->args.count * (double)t->dtype_size;
+  double cols = (double)chorus__div_up(t->args.count ? t->args.count : 1, chorus__chunk_elems(t));
+  return cols * (k + 2.0 * f) * cx->flat.alpha_us +
+         ((p - 1.0) / p * n + f * (n + 1.0)) * block / cx->flat.bytes_per_us;
+}
+
+static chorus_status_t rhd_reduce_scatter_init(chorus_task_t* t) {
+  return chorus__rhd_init(t, CHORUS_RHD_REDUCE_SCATTER);
+}
+
+const chorus_algo_t chorus__algo_rhd_reduce_scatter = {
+    .name = "rhd",
+    .desc = "recursive halving reduce-scatter: log2 p rounds, (p-1)/p of the blocks per rank, folds n - p",
+    .coll = CH_COLL_REDUCE_SCATTER,
+    .supported = chorus__algo_reduce_supported,
+    .cost_us = rhd_reduce_scatter_cost_us,
+    .init = rhd_reduce_scatter_init,
+    .progress = chorus__rhd_progress,
+    .fini = chorus__rhd_fini,
+};
