@@ -136,7 +136,18 @@ CHORUS_API int chorus_version(void);
 /* Makes a new unique id. Called by one process (normally the future rank 0), which then serves
  * the bootstrap store for the ranks that join with this id; the store stops by itself once all
  * ranks have joined. Returns OK, ERR_INVALID_ARG, ERR_SYSTEM. Not collective. */
+/* The store listens on the interface named by CHORUS_SOCKET_IFNAME, else on the one that routes
+ * to MASTER_ADDR when that is set, else on loopback (a single-host job). chorus_comm_init fails
+ * at once, naming the cause, when a rank on another host (another host id, see host_id below)
+ * is given an id whose store is on loopback. */
 CHORUS_API chorus_status_t chorus_get_unique_id(chorus_unique_id_t* id);
+/* As chorus_get_unique_id, for ids whose ranks may be on other hosts: the store listens on the
+ * interface that routes to `peer` (a host name or IPv4 address the other ranks reach too, such
+ * as the rendezvous host; a loopback peer keeps the job on loopback); when peer is NULL or empty
+ * (and MASTER_ADDR is unset) or has no route, on the first interface that is up and is neither
+ * loopback nor docker*, veth*, virbr* or br-* (loopback if there is none). CHORUS_SOCKET_IFNAME
+ * still wins. */
+CHORUS_API chorus_status_t chorus_get_unique_id_near(chorus_unique_id_t* id, const char* peer);
 
 /* Creates a communicator of nranks ranks in which the caller is `rank` (0 <= rank < nranks).
  * Collective over all nranks callers of the same id; blocks until every rank has joined or the

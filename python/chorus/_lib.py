@@ -124,6 +124,8 @@ def _declare_prototypes(lib):
     _declare(lib, "chorus_version", i, [])
 
     _declare(lib, "chorus_get_unique_id", st, [ctypes.POINTER(UniqueIdStruct)])
+    _declare(lib, "chorus_get_unique_id_near", st,
+             [ctypes.POINTER(UniqueIdStruct), ctypes.c_char_p])
     _declare(lib, "chorus_comm_init", st,
              [pcomm, i, i, ctypes.POINTER(UniqueIdStruct), ctypes.POINTER(ConfigStruct)])
     _declare(lib, "chorus_comm_init_env", st, [pcomm, ctypes.POINTER(ConfigStruct)])

@@ -56,9 +56,18 @@ class UniqueId:
         self._raw = raw_bytes
 
     @classmethod
-    def new(cls):
+    def new(cls, near=None):
+        """near: the host name or address of the rendezvous the other ranks reach (for
+        example the c10d store's host): the bootstrap store then listens on the interface that
+        routes there (chorus_get_unique_id_near), so that ranks on other hosts reach it too;
+        "" picks the first interface that is neither loopback nor a container's. None:
+        chorus_get_unique_id (loopback unless MASTER_ADDR or CHORUS_SOCKET_IFNAME say)."""
         struct = _lib.UniqueIdStruct()
-        status = _lib_handle.chorus_get_unique_id(ctypes.byref(struct))
+        if near is None:
+            status = _lib_handle.chorus_get_unique_id(ctypes.byref(struct))
+        else:
+            status = _lib_handle.chorus_get_unique_id_near(ctypes.byref(struct),
+                                                           str(near).encode())
         if status < 0:
             raise error_for_status(status, operation="chorus_get_unique_id")
         return cls(bytes(struct.internal))
@@ -201,12 +210,13 @@ class Communicator:
         return cls(handle.value)
 
     @classmethod
-    def from_store(cls, store, rank, size, key="chorus/unique_id", **config):
-        """Rank 0 makes a unique id and publishes its 128 bytes under `key` in `store` (any
-        object with set(key, bytes) and a get(key) that waits for the key, such as a
-        torch.distributed Store or chorus.FileStore); the other ranks read it there."""
+    def from_store(cls, store, rank, size, key="chorus/unique_id", near=None, **config):
+        """Rank 0 makes a unique id (UniqueId.new(near)) and publishes its 128 bytes under
+        `key` in `store` (any object with set(key, bytes) and a get(key) that waits for the
+        key, such as a torch.distributed Store or chorus.FileStore); the other ranks read it
+        there."""
         if int(rank) == 0:
-            unique_id = UniqueId.new()
+            unique_id = UniqueId.new(near)
             store.set(key, unique_id.to_bytes())
         else:
             unique_id = UniqueId.from_bytes(store.get(key))

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -27,6 +28,7 @@ typedef struct {
   uint64_t comm_id;
   uint8_t secret[CHORUS_SECRET_BYTES];
   char store_addr[CHORUS_ADDR_LEN];
+  uint64_t host_hash; /* rank 0's host identity, hashed; 0: unknown */
 } unique_id_t;
 
 _Static_assert(sizeof(unique_id_t) <= sizeof(chorus_unique_id_t), "unique id too large");
@@ -56,21 +58,72 @@ static void secret_from_text(const char* text, uint8_t out[CHORUS_SECRET_BYTES])
   memcpy(out + 8, &h2, 8);
 }
 
-CHORUS_API chorus_status_t chorus_get_unique_id(chorus_unique_id_t* id) {
+static uint64_t hash_text(const char* text) {
+  uint64_t h = 0x6a09e667f3bcc908ull;
+  for (const char* p = text; *p; p++) h = mix64(h ^ (uint8_t)*p);
+  return h ? h : 1;
+}
+
+static uint64_t my_host_hash(void) {
+  char host[CHORUS_ADDR_LEN];
+  chorus__host_id(host, sizeof(host));
+  return hash_text(host);
+}
+
+static int is_loopback_ip(const char* ip) { return strncmp(ip, "127.", 4) == 0; }
+
+/* Does something listen at this loopback address? (Ranks that only pretend to be on other
+ * hosts, with CHORUS_HOST_ID, share the loopback.) On loopback a connect is answered at once. */
+static int loopback_answers(const char* hostport) {
+  struct sockaddr_storage sa;
+  socklen_t salen;
+  char err[128];
+  if (chorus__sock_resolve(hostport, &sa, &salen, err, sizeof(err)) < 0) return 0;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 1; /* cannot tell: let the store connection decide */
+  int ok = connect(fd, (struct sockaddr*)&sa, salen) == 0;
+  close(fd);
+  return ok;
+}
+
+/* Where the store listens: the named interface (CHORUS_SOCKET_IFNAME); else the interface that
+ * routes to `peer` (the rendezvous host the other ranks also reach, e.g. MASTER_ADDR: a
+ * loopback peer keeps a single-host job on loopback); else, for `fallback_any`, the first
+ * interface that is up and is neither loopback nor a container's or VM's (as NCCL does),
+ * loopback when there is none; else loopback. */
+static chorus_status_t pick_store_ip(const char* peer, int fallback_any, char* ip, size_t iplen,
+                                     char* err, size_t errlen) {
+  const char* ifspec = chorus__param_str(CHORUS_PARAM_SOCKET_IFNAME);
+  if (ifspec[0]) return chorus__sock_pick_ip(ifspec, ip, iplen, err, errlen);
+  if (peer && peer[0]) {
+    char hostport[CHORUS_ADDR_LEN + 8];
+    snprintf(hostport, sizeof(hostport), "%s:1", peer); /* the port does not matter for a route */
+    if (chorus__sock_route_ip(hostport, ip, iplen, err, errlen) >= 0) return CHORUS_OK;
+    CH_WARN(-1, "chorus_get_unique_id: %s; choosing an interface by itself", err);
+    fallback_any = 1;
+  }
+  if (fallback_any) return chorus__sock_pick_ip("", ip, iplen, err, errlen);
+  snprintf(ip, iplen, "127.0.0.1");
+  return CHORUS_OK;
+}
+
+static chorus_status_t make_unique_id(chorus_unique_id_t* id, const char* peer, int fallback_any) {
   if (!id) return CHORUS_ERR_INVALID_ARG;
   chorus__log_init();
   unique_id_t u = {.magic = UNIQUE_ID_MAGIC, .version = CHORUS_PROTO_VERSION};
   random_bytes(&u.comm_id, sizeof(u.comm_id));
   random_bytes(u.secret, sizeof(u.secret));
-  /* Loopback unless an interface is named: a job that spans hosts must say which network. */
-  char ip[CHORUS_ADDR_LEN] = "127.0.0.1", err[256];
-  const char* ifspec = chorus__param_str(CHORUS_PARAM_SOCKET_IFNAME);
-  if (ifspec[0] && chorus__sock_pick_ip(ifspec, ip, sizeof(ip), err, sizeof(err)) < 0) {
+  u.host_hash = my_host_hash();
+  char ip[CHORUS_ADDR_LEN], err[256];
+  const char* master = getenv("MASTER_ADDR");
+  if (!peer || !peer[0]) peer = master;
+  chorus_status_t st = pick_store_ip(peer, fallback_any, ip, sizeof(ip), err, sizeof(err));
+  if (st < 0) {
     CH_WARN(-1, "chorus_get_unique_id: %s", err);
     return CHORUS_ERR_INVALID_ARG;
   }
-  chorus_status_t st = chorus__store_server_start(ip, 0, u.secret, u.store_addr, sizeof(u.store_addr),
-                                                  err, sizeof(err));
+  st = chorus__store_server_start(ip, 0, u.secret, u.store_addr, sizeof(u.store_addr), err,
+                                  sizeof(err));
   if (st < 0) {
     CH_WARN(-1, "chorus_get_unique_id: %s", err);
     return st;
@@ -78,6 +131,14 @@ CHORUS_API chorus_status_t chorus_get_unique_id(chorus_unique_id_t* id) {
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &u, sizeof(u));
   return CHORUS_OK;
+}
+
+CHORUS_API chorus_status_t chorus_get_unique_id(chorus_unique_id_t* id) {
+  return make_unique_id(id, NULL, 0);
+}
+
+CHORUS_API chorus_status_t chorus_get_unique_id_near(chorus_unique_id_t* id, const char* peer) {
+  return make_unique_id(id, peer, 1);
 }
 
 /* Chooses the address this rank listens on: the named interface, else the one that routes to
@@ -199,6 +260,23 @@ CHORUS_API chorus_status_t chorus_comm_init(chorus_comm_t** comm, int nranks, in
   if (u.magic != UNIQUE_ID_MAGIC || u.version != CHORUS_PROTO_VERSION) {
     chorus__log_init();
     CH_WARN(rank, "chorus_comm_init: the unique id was not made by chorus_get_unique_id of this version");
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  /* A store on loopback serves its own host only: a rank elsewhere would wait out the
+   * connect timeout on a port of its own host. Say so at once. */
+  char store_ip[CHORUS_ADDR_LEN];
+  snprintf(store_ip, sizeof(store_ip), "%s", u.store_addr);
+  store_ip[strcspn(store_ip, ":")] = '\0';
+  if (is_loopback_ip(store_ip) && u.host_hash && u.host_hash != my_host_hash() &&
+      !loopback_answers(u.store_addr)) {
+    char host[CHORUS_ADDR_LEN];
+    chorus__host_id(host, sizeof(host));
+    chorus__log_init();
+    CH_WARN(rank, "chorus_comm_init: rank %d runs on host %s, but the unique id was made on another "
+            "host, whose bootstrap store listens on loopback (%s) and cannot be reached from here: "
+            "a job that spans hosts needs a network address for the store (set MASTER_ADDR to a "
+            "rendezvous address every host reaches, or CHORUS_SOCKET_IFNAME, where the id is made)",
+            rank, host, u.store_addr);
     return CHORUS_ERR_INVALID_ARG;
   }
   chorus_comm_t* c = NULL;

@@ -40,7 +40,8 @@ static int if_in_list(const char* name, const char* list, int exact) {
 }
 
 static int if_matches(const char* name, const char* spec) {
-  if (!spec[0]) return strncmp(name, "docker", 6) != 0 && strcmp(name, "lo") != 0;
+  if (!spec[0]) /* no choice made: skip loopback and the bridges and links of containers and VMs */
+    return strcmp(name, "lo") != 0 && !if_in_list(name, "docker,veth,virbr,br-", 0);
   if (spec[0] == '^') {
     int exact = (spec[1] == '=');
     return !if_in_list(name, spec + 1 + exact, exact);

@@ -45,6 +45,7 @@ net_create() {
     local ns
     ns=$(net_ns "$i")
     ip netns add "$ns" || return 1
+    NET_HOSTS=$((i + 1)) # so that net_cleanup removes what a failure leaves
     ip link add "${NET_TAG}v$i" type veth peer name "${NET_TAG}p$i"
     ip link set "${NET_TAG}v$i" netns "$ns"
     ip link set "${NET_TAG}p$i" netns "$sw"

@@ -86,6 +86,37 @@ CHORUS_SECRET=0123 timeout 20 "$RUN" -n 1 -x OUT="$dir" -x MASTER_ADDR=127.0.0.2
 [ "$(value "$dir/env.0" MASTER_ADDR)" = 127.0.0.2 ] || fail "-x MASTER_ADDR lost"
 ok "user CHORUS_SECRET and -x MASTER_ADDR win"
 
+# One host's share of a multi-host job: --nnodes 3 --node-rank 1 -n 2 numbers the ranks by
+# host (2, 3) or round robin (1, 4); the addresses are the options' (even over the user's);
+# no secret is drawn (every host would draw another) unless the user set one.
+for numbering in host rr; do
+  dir="$TMP/nodes-$numbering"
+  mkdir -p "$dir"
+  CHORUS_ADDR=127.0.0.1:45678 timeout 20 "$RUN" --nnodes 3 --node-rank 1 --master-addr node0.example \
+    --master-port 4000 --numbering $numbering -n 2 -x OUT="$dir" "$DUMP" ||
+    fail "--nnodes run ($numbering) exited $?"
+  if [ $numbering = host ]; then ranks="2 3"; else ranks="1 4"; fi
+  l=0
+  for r in $ranks; do
+    f="$dir/env.$r"
+    [ -f "$f" ] || fail "$numbering: no dump of rank $r: $(ls "$dir")"
+    for kv in CHORUS_RANK=$r RANK=$r CHORUS_SIZE=6 WORLD_SIZE=6 CHORUS_LOCAL_RANK=$l LOCAL_RANK=$l \
+      CHORUS_LOCAL_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=1 GROUP_WORLD_SIZE=3 NODE_RANK=1 \
+      CHORUS_ADDR=node0.example:4000 MASTER_ADDR=node0.example MASTER_PORT=4001; do
+      [ "$(value "$f" "${kv%%=*}")" = "${kv#*=}" ] || fail "$numbering rank $r: want $kv, got '$(value "$f" "${kv%%=*}")'"
+    done
+    grep -q '^CHORUS_SECRET=' "$f" && fail "$numbering rank $r: a secret was drawn for a multi-host job"
+    l=$((l + 1))
+  done
+done
+dir="$TMP/nodes-secret"
+mkdir -p "$dir"
+CHORUS_SECRET=s3 timeout 20 "$RUN" --nnodes 2 --node-rank 0 --master-addr 198.18.0.1 -n 1 -x OUT="$dir" "$DUMP" ||
+  fail "--nnodes run with a secret exited $?"
+[ "$(value "$dir/env.0" CHORUS_SECRET)" = s3 ] || fail "--nnodes: user CHORUS_SECRET lost"
+[ "$(value "$dir/env.0" CHORUS_ADDR)" = 198.18.0.1:29500 ] || fail "--nnodes: default port"
+ok "--nnodes/--node-rank/--master-addr/--numbering: ranks, sizes, addresses, secret"
+
 # stdin is /dev/null: a rank that reads stdin sees EOF at once even though ours has data.
 got=$(echo "must not be read" | timeout 10 "$RUN" -n 2 sh -c 'cat; echo "eof $CHORUS_RANK"' | sort)
 [ "$got" = $'eof 0\neof 1' ] || fail "stdin: got '$got'"

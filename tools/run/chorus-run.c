@@ -1,7 +1,7 @@
 /*
- * chorus-run.c - the local launcher: starts N ranks of a program on this host with the
- * environment that chorus_comm_init_env (and torchrun-style code) reads, relays their output
- * (optionally prefixed with the rank), and tears the whole job down when a rank fails, when the
+ * chorus-run.c - the launcher: starts N ranks of a program on this host (with --nnodes, this
+ * host's share of a multi-host job) with the environment that chorus_comm_init_env (and
+ * torchrun-style code) reads, relays their output (optionally prefixed with the rank), and tears the whole job down when a rank fails, when the
  * job times out, or when chorus-run itself is signalled. Single-threaded: one poll() loop over
  * a signalfd (SIGCHLD and the forwarded signals) and, with --prefix, the ranks' output pipes.
  */
@@ -34,6 +34,9 @@
 extern char** environ;
 
 #define MAX_RANKS 1024
+#define MAX_NODES 65536
+#define MAX_JOB_RANKS (1 << 20)
+#define DEFAULT_MASTER_PORT 29500 /* torchrun's */
 #define DEFAULT_GRACE_SEC 3.0
 /* Survivors of a failed rank usually notice within milliseconds (their connections close) and
  * report the library's error; this lets them, and still ends a hung job within seconds. */
@@ -49,10 +52,21 @@ extern char** environ;
 
 static const char kHelp[] =
     "Usage: chorus-run [options] -n N prog [args...]\n"
+    "       chorus-run --nnodes H --node-rank I --master-addr A [--master-port P] [options]\n"
+    "                  -n N prog [args...]           (on each of H hosts, I = 0..H-1)\n"
     "Start N ranks of `prog args...` on this host and wait for all of them.\n"
     "\n"
     "Options:\n"
-    "  -n N              number of ranks, 1..1024 (required)\n"
+    "  -n N              number of ranks on this host, 1..1024 (required)\n"
+    "  --nnodes H        the job spans H hosts, each running its own chorus-run with the same\n"
+    "                    H, N, A, P and prog (default 1); the job has H*N ranks\n"
+    "  --node-rank I     this host's number, 0..H-1 (required when H > 1)\n"
+    "  --master-addr A   host name or address of node 0, reachable from every host (required\n"
+    "                    when H > 1): rank 0 serves the bootstrap store at A:P\n"
+    "  --master-port P   the store's port, 1..65534 (default 29500); PyTorch gets P+1\n"
+    "  --numbering host|rr  how ranks are numbered across hosts: host (default) gives node I\n"
+    "                    ranks I*N .. I*N+N-1, as torchrun does; rr deals them round robin,\n"
+    "                    local rank l of node I being rank l*H+I\n"
     "  --prefix          prefix every output line of rank r with \"[r] \"; stdout stays stdout,\n"
     "                    stderr stays stderr; a last line without a newline is completed with\n"
     "                    one when the rank exits; lines longer than 32 KiB are relayed in pieces\n"
@@ -70,14 +84,26 @@ static const char kHelp[] =
     "  -h, --help        show this text\n"
     "Options must come before prog; `--` ends them.\n"
     "\n"
-    "Environment of rank r (r = 0..N-1, all ranks on this host):\n"
-    "  CHORUS_RANK=r CHORUS_SIZE=N CHORUS_LOCAL_RANK=r CHORUS_LOCAL_SIZE=N\n"
+    "Environment of local rank l (l = 0..N-1) on node I, job rank r (see --numbering):\n"
+    "  CHORUS_RANK=r CHORUS_SIZE=H*N CHORUS_LOCAL_RANK=l CHORUS_LOCAL_SIZE=N\n"
     "  CHORUS_ADDR=127.0.0.1:PORT   free port for the bootstrap store that rank 0 serves\n"
-    "  CHORUS_SECRET=HEX            32 random hex characters, the same in every rank\n"
-    "  RANK=r WORLD_SIZE=N LOCAL_RANK=r LOCAL_WORLD_SIZE=N           (for PyTorch)\n"
+    "                               (with --master-addr: A:P)\n"
+    "  CHORUS_SECRET=HEX            32 random hex characters, the same in every rank (not set\n"
+    "                               when H > 1, see below)\n"
+    "  RANK=r WORLD_SIZE=H*N LOCAL_RANK=l LOCAL_WORLD_SIZE=N          (for PyTorch)\n"
+    "  GROUP_RANK=I GROUP_WORLD_SIZE=H NODE_RANK=I                    (as torchrun, Lightning)\n"
     "  MASTER_ADDR=127.0.0.1 MASTER_PORT=PORT2   (another free port)  (for PyTorch)\n"
+    "                               (with --master-addr: A and P+1)\n"
     "CHORUS_ADDR, CHORUS_SECRET, MASTER_ADDR and MASTER_PORT already set in chorus-run's\n"
-    "environment (or with -x) are passed unchanged. Every other variable is inherited.\n"
+    "environment (or with -x) are passed unchanged, except that --master-addr sets the three\n"
+    "addresses (only -x wins over it). A job of several hosts should set the same\n"
+    "CHORUS_SECRET on every host; without one the library derives the secret from CHORUS_ADDR,\n"
+    "which keeps out strays, not attackers. Every other variable is inherited.\n"
+    "Each host's chorus-run watches only its own ranks: when one fails it ends them, and the\n"
+    "ranks on other hosts get errors from the library (their connections close).\n"
+    "Under Slurm (srun) or Open MPI (mpirun) start the program itself, one process per rank:\n"
+    "the library reads SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE and the store\n"
+    "address from CHORUS_ADDR or MASTER_ADDR/MASTER_PORT.\n"
     "\n"
     "Processes and signals:\n"
     "  Each rank runs in its own process group, so a Ctrl-C on the terminal reaches only\n"
@@ -215,19 +241,52 @@ static void add_set_var(options_t* o, char* assignment) {
   o->set_vars[o->nset_vars++] = assignment;
 }
 
+/* The multi-node options make sense together or not at all. */
+static void check_nodes(options_t* o) {
+  if (o->node_rank >= o->nnodes)
+    usage_error("--node-rank %d is not in 0..%d (--nnodes %d)", o->node_rank, o->nnodes - 1,
+                o->nnodes);
+  if (o->nnodes > 1 && o->node_rank < 0)
+    usage_error("--nnodes %d needs --node-rank (this host's number, 0..%d)", o->nnodes,
+                o->nnodes - 1);
+  if (o->nnodes > 1 && !o->master_addr)
+    usage_error("--nnodes %d needs --master-addr (node 0's address, reachable from every host)",
+                o->nnodes);
+  if (o->master_addr) {
+    size_t len = strlen(o->master_addr);
+    if (len == 0 || len > MASTER_ADDR_MAX || strpbrk(o->master_addr, ": \t\n/"))
+      usage_error("--master-addr needs a host name or IPv4 address, got '%s'", o->master_addr);
+  } else if (o->master_port >= 0) {
+    usage_error("--master-port needs --master-addr");
+  }
+  if ((long)o->nnodes * o->nranks > MAX_JOB_RANKS)
+    usage_error("--nnodes %d x -n %d ranks is more than %d", o->nnodes, o->nranks, MAX_JOB_RANKS);
+  if (o->node_rank < 0) o->node_rank = 0;
+  if (o->master_port < 0) o->master_port = DEFAULT_MASTER_PORT;
+}
+
 static void parse_options(int argc, char** argv, options_t* o) {
-  enum { OPT_PREFIX = 256, OPT_TIMEOUT, OPT_GRACE, OPT_TERM_DELAY, OPT_BIND };
+  enum { OPT_PREFIX = 256, OPT_TIMEOUT, OPT_GRACE, OPT_TERM_DELAY, OPT_BIND, OPT_NNODES,
+         OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_NUMBERING };
   static const struct option longopts[] = {
       {"prefix", no_argument, NULL, OPT_PREFIX},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"grace", required_argument, NULL, OPT_GRACE},
       {"term-delay", required_argument, NULL, OPT_TERM_DELAY},
       {"bind", required_argument, NULL, OPT_BIND},
+      {"nnodes", required_argument, NULL, OPT_NNODES},
+      {"node-rank", required_argument, NULL, OPT_NODE_RANK},
+      {"master-addr", required_argument, NULL, OPT_MASTER_ADDR},
+      {"master-port", required_argument, NULL, OPT_MASTER_PORT},
+      {"numbering", required_argument, NULL, OPT_NUMBERING},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->grace_sec = DEFAULT_GRACE_SEC;
   o->term_delay_sec = DEFAULT_TERM_DELAY_SEC;
+  o->nnodes = 1;
+  o->node_rank = -1;
+  o->master_port = -1;
   opterr = 0; /* our own messages, without argv[0]'s path */
   long n;
   int c;
@@ -250,6 +309,28 @@ static void parse_options(int argc, char** argv, options_t* o) {
         else if (strcmp(optarg, "none") == 0) o->bind = BIND_NONE;
         else usage_error("--bind needs core or none, got '%s'", optarg);
         break;
+      case OPT_NNODES:
+        if (parse_int(optarg, 1, MAX_NODES, &n) != 0)
+          usage_error("--nnodes needs a number of hosts in 1..%d, got '%s'", MAX_NODES, optarg);
+        o->nnodes = (int)n;
+        break;
+      case OPT_NODE_RANK:
+        if (parse_int(optarg, 0, MAX_NODES - 1, &n) != 0)
+          usage_error("--node-rank needs a host number >= 0, got '%s'", optarg);
+        o->node_rank = (int)n;
+        break;
+      case OPT_MASTER_ADDR: o->master_addr = optarg; break;
+      case OPT_MASTER_PORT:
+        if (parse_int(optarg, 1, 65534, &n) != 0)
+          usage_error("--master-port needs a port in 1..65534 (PyTorch gets port+1), got '%s'",
+                      optarg);
+        o->master_port = (int)n;
+        break;
+      case OPT_NUMBERING:
+        if (strcmp(optarg, "host") == 0) o->numbering = NUMBER_HOST;
+        else if (strcmp(optarg, "rr") == 0) o->numbering = NUMBER_RR;
+        else usage_error("--numbering needs host or rr, got '%s'", optarg);
+        break;
       case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
       default:
         if (optopt && optopt < 256) usage_error("unknown option '-%c'", optopt);
@@ -257,6 +338,7 @@ static void parse_options(int argc, char** argv, options_t* o) {
     }
   }
   if (o->nranks == 0) usage_error("the number of ranks (-n N) is required");
+  check_nodes(o);
   if (optind >= argc) usage_error("no program given");
   o->prog_argv = argv + optind;
 }
@@ -378,7 +460,7 @@ static void close_pair(int p[2]) {
     if (p[i] >= 0) close(p[i]);
 }
 
-/* Starts rank r. Returns 0, or an exit code for chorus-run after printing why. */
+/* Starts local rank r. Returns 0, or an exit code for chorus-run after printing why. */
 static int launch_rank(job_t* job, rank_env_t* env, int r) {
   int status_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
   if (pipe2(status_pipe, O_CLOEXEC) != 0 ||
@@ -387,7 +469,7 @@ static int launch_rank(job_t* job, rank_env_t* env, int r) {
     close_pair(status_pipe), close_pair(out_pipe), close_pair(err_pipe);
     return 1;
   }
-  set_rank_vars(env, r, job->opt.nranks);
+  set_rank_vars(env, &job->opt, r);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) exec_rank(job, env, r, parent, status_pipe[1], out_pipe[1], err_pipe[1]);
@@ -438,7 +520,8 @@ static void emit(job_t* job, int out_fd, const char* p, size_t n) {
  * the tail fills the buffer, relays the tail too (at EOF completed with a newline). */
 static void relay_lines(job_t* job, int rank, stream_t* s, int at_eof) {
   char prefix[PREFIX_MAX_BYTES];
-  size_t prefix_len = (size_t)snprintf(prefix, sizeof prefix, "[%d] ", rank);
+  size_t prefix_len =
+      (size_t)snprintf(prefix, sizeof prefix, "[%d] ", global_rank(&job->opt, rank));
   char* out = job->scratch;
   size_t out_len = 0, start = 0;
   for (size_t i = 0; i < s->len; i++) {
@@ -525,7 +608,7 @@ static void on_rank_end(job_t* job, int r, int status) {
   int failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   if (!failed || job->end != END_NONE) return; /* only the first cause is reported */
   job->end = END_RANK_FAILED;
-  report_failure(r, rk->pid, status, &job->exit_code);
+  report_failure(global_rank(&job->opt, r), rk->pid, status, &job->exit_code);
   if (job->opt.term_delay_sec > 0)
     job->term_at = now_sec() + job->opt.term_delay_sec;
   else

@@ -1,7 +1,8 @@
 /*
  * rank_env.c - the environment chorus-run hands to every rank: its own environment minus the
- * names it sets, the per-rank variables (CHORUS_RANK..., RANK...), and the job-wide defaults
- * (a free port for the store, a random secret, MASTER_ADDR/PORT) unless the user set them.
+ * names it sets, the per-rank variables (CHORUS_RANK..., RANK..., GROUP_RANK...), and the
+ * job-wide defaults (a free port for the store, a random secret, MASTER_ADDR/PORT) unless the
+ * user set them, or with --master-addr the addresses every node of a multi-node job shares.
  */
 #ifndef _GNU_SOURCE /* also set by CMake for the whole project */
 #define _GNU_SOURCE
@@ -21,7 +22,8 @@ extern char** environ;
 
 const char* const kRankVars[NRANK_VARS] = {"CHORUS_RANK", "CHORUS_SIZE", "CHORUS_LOCAL_RANK",
                                            "CHORUS_LOCAL_SIZE", "RANK", "WORLD_SIZE",
-                                           "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+                                           "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                           "GROUP_WORLD_SIZE", "NODE_RANK"};
 const char* const kDefaultVars[NDEFAULT_VARS] = {"CHORUS_ADDR", "CHORUS_SECRET", "MASTER_ADDR",
                                                  "MASTER_PORT"};
 
@@ -85,14 +87,28 @@ static int random_hex(char* out, size_t nbytes) {
   return 0;
 }
 
-/* Fills default_vars[i] for each default the user did not set; defaults_set[i] says which. */
+/* Fills default_vars[i] for each default the user did not set; defaults_set[i] says which.
+ * With --master-addr the store and PyTorch addresses are the options' (only -x overrides
+ * them), and a job of several nodes gets no random secret: every node's chorus-run would draw
+ * another. CHORUS_SECRET from the environment is passed on; without it the library derives
+ * one from CHORUS_ADDR, the same on every node. */
 static int make_default_vars(const options_t* o, rank_env_t* env, int* defaults_set) {
   for (size_t i = 0; i < NDEFAULT_VARS; i++) defaults_set[i] = !user_has(o, kDefaultVars[i]);
+  if (o->master_addr) {
+    for (size_t i = 0; i < NDEFAULT_VARS; i++)
+      if (i != 1) defaults_set[i] = !set_by_x(o, kDefaultVars[i]);
+    if (o->nnodes > 1) defaults_set[1] = 0;
+    snprintf(env->default_vars[0], VAR_BYTES, "CHORUS_ADDR=%s:%d", o->master_addr, o->master_port);
+    snprintf(env->default_vars[2], VAR_BYTES, "MASTER_ADDR=%s", o->master_addr);
+    snprintf(env->default_vars[3], VAR_BYTES, "MASTER_PORT=%d", o->master_port + 1);
+  }
   char hex[2 * SECRET_BYTES + 1];
   if (defaults_set[1] && random_hex(hex, SECRET_BYTES) != 0) {
     say(PROG ": cannot read /dev/urandom for CHORUS_SECRET: %s", strerror(errno));
     return -1;
   }
+  snprintf(env->default_vars[1], VAR_BYTES, "CHORUS_SECRET=%s", defaults_set[1] ? hex : "");
+  if (o->master_addr) return 0;
   int socks[2] = {-1, -1};
   int store_port = defaults_set[0] ? find_free_port(&socks[0]) : 0;
   int master_port = defaults_set[3] ? find_free_port(&socks[1]) : 0;
@@ -104,7 +120,6 @@ static int make_default_vars(const options_t* o, rank_env_t* env, int* defaults_
     return -1;
   }
   snprintf(env->default_vars[0], VAR_BYTES, "CHORUS_ADDR=127.0.0.1:%d", store_port);
-  snprintf(env->default_vars[1], VAR_BYTES, "CHORUS_SECRET=%s", defaults_set[1] ? hex : "");
   snprintf(env->default_vars[2], VAR_BYTES, "MASTER_ADDR=127.0.0.1");
   snprintf(env->default_vars[3], VAR_BYTES, "MASTER_PORT=%d", master_port);
   return 0;
@@ -137,9 +152,15 @@ int make_rank_env(const options_t* o, rank_env_t* env) {
   return 0;
 }
 
-void set_rank_vars(rank_env_t* env, int rank, int nranks) {
-  const int values[NRANK_VARS] = {rank, nranks, rank, nranks, rank, nranks, rank, nranks};
+int global_rank(const options_t* o, int local) {
+  return o->numbering == NUMBER_RR ? local * o->nnodes + o->node_rank
+                                   : o->node_rank * o->nranks + local;
+}
+
+void set_rank_vars(rank_env_t* env, const options_t* o, int local) {
+  int rank = global_rank(o, local), size = o->nnodes * o->nranks;
+  const int values[NRANK_VARS] = {rank, size, local, o->nranks, rank, size, local, o->nranks,
+                                  o->node_rank, o->nnodes, o->node_rank};
   for (size_t i = 0; i < NRANK_VARS; i++)
     snprintf(env->rank_vars[i], VAR_BYTES, "%s=%d", kRankVars[i], values[i]);
 }
-

@@ -12,7 +12,12 @@
 /* ---- options ---- */
 
 typedef struct {
-  int nranks;
+  int nranks;            /* -n: ranks on this node */
+  int nnodes;            /* --nnodes (1: a single-node job) */
+  int node_rank;         /* --node-rank, in [0, nnodes) */
+  const char* master_addr; /* --master-addr: where rank 0 serves the store; NULL: loopback */
+  int master_port;       /* --master-port (the store; PyTorch's MASTER_PORT is one more) */
+  int numbering;         /* NUMBER_HOST or NUMBER_RR (--numbering) */
   int prefix;
   double timeout_sec;    /* 0: no timeout */
   double grace_sec;      /* between SIGTERM and SIGKILL */
@@ -24,14 +29,21 @@ typedef struct {
 } options_t;
 
 enum { BIND_AUTO, BIND_CORE, BIND_NONE };
+enum { NUMBER_HOST, NUMBER_RR };
+
+/* The job-wide rank of local rank `local` on this node: NUMBER_HOST numbers the ranks of a
+ * node consecutively (node i holds i*L .. i*L+L-1, as torchrun does), NUMBER_RR deals them
+ * round robin (local rank l of node i is l*H + i). */
+int global_rank(const options_t* o, int local);
 
 /* ---- environment of the ranks ---- */
 
 /* Names chorus-run always sets per rank or per job (kRankVars), and names it sets only when the
  * user has not (kDefaultVars: the user's value wins). Defined in rank_env.c. */
-#define NRANK_VARS 8
+#define NRANK_VARS 11
 #define NDEFAULT_VARS 4
-#define VAR_BYTES 64 /* "LOCAL_WORLD_SIZE=1024", "CHORUS_ADDR=127.0.0.1:65535", ... */
+#define VAR_BYTES 320 /* "LOCAL_WORLD_SIZE=1024", "CHORUS_ADDR=" + a 255-byte name + ":65535" */
+#define MASTER_ADDR_MAX 255
 #define SECRET_BYTES 16 /* CHORUS_SECRET: 32 hex characters */
 extern const char* const kRankVars[NRANK_VARS];
 extern const char* const kDefaultVars[NDEFAULT_VARS];
@@ -45,8 +57,8 @@ typedef struct {
 /* Builds the environment every rank inherits (chorus-run's own, minus the names above, plus
  * the job-wide defaults and -x); 0 on success, -1 after saying why. */
 int make_rank_env(const options_t* o, rank_env_t* env);
-/* Rewrites the per-rank variables for rank `rank` of `nranks`. */
-void set_rank_vars(rank_env_t* env, int rank, int nranks);
+/* Rewrites the per-rank variables for local rank `local` of this node. */
+void set_rank_vars(rank_env_t* env, const options_t* o, int local);
 /* Prints one line to stderr (the launcher's messages). */
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -424,7 +424,23 @@ def _comm_from_store(store, rank, size, timeout):
         "connect_timeout_sec": 0 if _env_sec("CHORUS_CONNECT_TIMEOUT_SEC") else timeout_sec,
         "name": f"torch-rank{rank}",
     }
-    return Communicator.from_store(store, rank, size, key=UNIQUE_ID_KEY, **config)
+    return Communicator.from_store(store, rank, size, key=UNIQUE_ID_KEY,
+                                   near=_rendezvous_host(store), **config)
+
+
+def _rendezvous_host(store):
+    """The host every rank reaches for the rendezvous: the TCPStore's host (under torch's
+    PrefixStores), else MASTER_ADDR, else "" (no hint). Rank 0's bootstrap store listens on the
+    interface that routes there (a loopback rendezvous keeps a single-host job on loopback);
+    with no hint, on the first interface that is neither loopback nor a container's."""
+    for _ in range(16):  # PrefixStore over PrefixStore ... over the real store
+        host = getattr(store, "host", None)
+        if isinstance(host, str) and host:
+            return host
+        store = getattr(store, "underlying_store", None)
+        if store is None:
+            break
+    return os.environ.get("MASTER_ADDR", "")
 
 
 def create_process_group(store, rank, size, timeout):
