@@ -67,9 +67,9 @@ typedef struct chorus_algo {
   chorus_status_t (*init)(chorus_task_t* t);     /* may return ERR_NOT_SUPPORTED */
   chorus_status_t (*progress)(chorus_task_t* t); /* INPROGRESS, OK, or < 0 */
   void (*fini)(chorus_task_t* t);                /* releases t->state; NULL-safe; may be NULL */
-  /* Two-level algorithms: 1 when `sub` names an inner engine it can run ("hier/rhd"); NULL
-   * when it takes none. */
-  int (*accepts_sub)(const char* sub);
+  /* Two-level algorithms: the name of inner engine i it can run ("rhd" of "hier/rhd"), NULL
+   * past the last; the function is NULL when it takes none. */
+  const char* (*sub_name)(size_t i);
 } chorus_algo_t;
 
 /* One item of CHORUS_ALGO for one collective: calls whose bytes (count x dtype size) lie in
@@ -87,6 +87,8 @@ typedef struct {
 extern const chorus_algo_t* const chorus__algos[];
 extern const size_t chorus__nalgos;
 const chorus_algo_t* chorus__algo_find(chorus_coll_t coll, const char* name);
+/* 1 when algo runs inner engine `sub`. */
+int chorus__algo_has_sub(const chorus_algo_t* algo, const char* sub);
 
 /* Helpers shared by algorithm files. */
 static inline size_t chorus__min_sz(size_t a, size_t b) { return a < b ? a : b; }

@@ -30,6 +30,12 @@ const chorus_algo_t* const chorus__algos[] = {
 
 const size_t chorus__nalgos = sizeof(chorus__algos) / sizeof(chorus__algos[0]);
 
+int chorus__algo_has_sub(const chorus_algo_t* algo, const char* sub) {
+  for (size_t i = 0; algo->sub_name && algo->sub_name(i); i++)
+    if (strcmp(algo->sub_name(i), sub) == 0) return 1;
+  return 0;
+}
+
 /* The algorithm called `name` for coll; with name NULL or "", the first one listed for coll.
  * NULL when there is none. */
 const chorus_algo_t* chorus__algo_find(chorus_coll_t coll, const char* name) {

@@ -71,7 +71,7 @@ static int add_rule(chorus_comm_t* comm, int c, const chorus_algo_rule_t* rule) 
   chorus_algo_rule_t* r = &comm->rules[c][comm->nrules[c]];
   *r = *rule;
   r->algo = chorus__algo_find((chorus_coll_t)c, rule->name);
-  if (r->algo && rule->sub[0] && !(r->algo->accepts_sub && r->algo->accepts_sub(rule->sub))) return -1;
+  if (r->algo && rule->sub[0] && !chorus__algo_has_sub(r->algo, rule->sub)) return -1;
   comm->nrules[c]++;
   return r->algo != NULL;
 }

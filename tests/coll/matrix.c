@@ -572,10 +572,16 @@ void mx_op_release(mx_op_t* op) {
 /* ---- algorithms ---- */
 
 int mx_algo_names(chorus_coll_t coll, const char** names, int max) {
-  int k = 0;
+  static char inner[MX_MAX_ALGOS][48]; /* "hier/rhd": two-level algorithms with each inner engine */
+  int k = 0, ninner = 0;
   for (size_t i = 0; i < chorus__nalgos; i++) {
     const chorus_algo_t* a = chorus__algos[i];
-    if (a && a->coll == coll && k < max) names[k++] = a->name;
+    if (!a || a->coll != coll) continue;
+    if (k < max) names[k++] = a->name;
+    for (size_t j = 0; a->sub_name && a->sub_name(j) && k < max && ninner < MX_MAX_ALGOS; j++) {
+      snprintf(inner[ninner], sizeof(inner[ninner]), "%s/%s", a->name, a->sub_name(j));
+      names[k++] = inner[ninner++];
+    }
   }
   return k;
 }
@@ -749,6 +755,10 @@ void mx_run_matrix(chorus_coll_t coll, int nranks, const size_t* counts, size_t 
   if ((flags & MX_AUTO_IF_SINGLE) && nalgos == 2) nalgos = 1;
   long total_wrong = 0, failed_ranks = 0;
   for (int a = 0; a < nalgos; a++) {
+    /* On one host a two-level algorithm runs its flat fallback: once, with small counts. */
+    int one_host = !ranks_hosts_active(nranks);
+    if (algos[a] && one_host && (strchr(algos[a], '/') || ((flags & MX_COVER_OPS) && !strcmp(algos[a], "hier"))))
+      continue;
     mx_ctx_t* ctx = calloc(1, sizeof(*ctx));
     ASSERT_NOT_NULL(ctx);
     ctx->coll = coll;

@@ -40,6 +40,8 @@ void ranks_set_hosts(int n, const int* host_of) {
   for (int r = 0; r < emulated_n; r++) emulated_host_of[r] = host_of[r];
 }
 
+int ranks_hosts_active(int n) { return emulated_n == n && n > 0; }
+
 static void* rank_main(void* p) {
   rank_slot_t* slot = p;
   ranks_group_t* g = slot->group;

@@ -25,6 +25,8 @@ int run_ranks_cfg(int nranks, const chorus_config_t* cfg, ranks_fn fn, void* arg
  * as on a cluster. n = 0 (or host_of NULL) goes back to one host. Call it while no rank
  * thread runs. */
 void ranks_set_hosts(int n, const int* host_of);
+/* 1 when groups of n ranks run on emulated hosts now. */
+int ranks_hosts_active(int n);
 
 /* Two-step form, to drive several groups (several communicators) at the same time, or to go
  * on after soft failures: ranks_join returns the number of ranks whose fn returned nonzero. */

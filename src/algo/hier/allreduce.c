@@ -212,7 +212,7 @@ static chorus_status_t hier_init(chorus_task_t* t) {
   return CHORUS_OK;
 }
 
-static int accepts_sub(const char* sub) { return chorus__hier_ar_engine(sub) != NULL; }
+static const char* sub_name(size_t i) { return i < chorus__hier_nar_engines ? chorus__hier_ar_engines[i]->name : NULL; }
 
 /* Offered on every shape, so that a forced hier on uneven hosts falls back (init) instead of
  * failing; the cost keeps automatic selection to the shapes it serves. */
@@ -237,5 +237,5 @@ const chorus_algo_t chorus__algo_hier_allreduce = {
     .init = hier_init,
     .progress = hier_progress,
     .fini = hier_fini,
-    .accepts_sub = accepts_sub,
+    .sub_name = sub_name,
 };

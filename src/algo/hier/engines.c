@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "algo/hier/hier.h"
+#include "algo/rd/rd.h"
+#include "algo/rhd/rhd.h"
 #include "algo/ring/ring.h"
 
 static chorus_status_t ring_start(const chorus_sched_t* s, void** state) {
@@ -21,7 +23,46 @@ static double ring_cost(double bytes, int n, const chorus_link_model_t* link) {
 }
 static const chorus_ar_engine_t ring_engine = {"ring", ring_start, ring_step, ring_free, ring_cost};
 
-const chorus_ar_engine_t* const chorus__hier_ar_engines[] = {&ring_engine};
+/* ceil(log2 n), and whether n is not a power of two (the fold's two extra steps). */
+static int log2_up(int n, int* folded) {
+  int k = 0;
+  while ((1 << k) < n) k++;
+  *folded = (1 << k) != n;
+  return k;
+}
+
+static chorus_status_t rd_start(const chorus_sched_t* s, void** state) {
+  chorus_rd_allreduce_t* e = NULL;
+  chorus_status_t st = chorus__rd_allreduce_start(s, &e);
+  *state = e;
+  return st;
+}
+static chorus_status_t rd_step(chorus_task_t* t, void* state) { return chorus__rd_allreduce_step(t, state); }
+static void rd_free(void* state) { chorus__rd_allreduce_free(state); }
+static double rd_cost(double bytes, int n, const chorus_link_model_t* link) {
+  int folded, k = log2_up(n, &folded);
+  return (k + 2 * folded) * (link->alpha_us + bytes / link->bytes_per_us);
+}
+static const chorus_ar_engine_t rd_engine = {"rd", rd_start, rd_step, rd_free, rd_cost};
+
+static chorus_status_t rhd_start(const chorus_sched_t* s, void** state) {
+  chorus_rhd_t* e = NULL;
+  chorus_status_t st = chorus__rhd_start(s, CHORUS_RHD_ALLREDUCE, &e);
+  *state = e;
+  return st;
+}
+static chorus_status_t rhd_step(chorus_task_t* t, void* state) { return chorus__rhd_step(t, state); }
+static void rhd_free(void* state) { chorus__rhd_free(state); }
+static double rhd_cost(double bytes, int n, const chorus_link_model_t* link) {
+  if (n <= 1) return 0.0;
+  int folded, k = log2_up(n, &folded);
+  if (folded) k--; /* the halving runs on the largest power of two below n */
+  double p = (double)(1 << k);
+  return (2.0 * k + 2.0 * folded) * link->alpha_us + (2.0 * (p - 1.0) / p + 2.0 * folded) * bytes / link->bytes_per_us;
+}
+static const chorus_ar_engine_t rhd_engine = {"rhd", rhd_start, rhd_step, rhd_free, rhd_cost};
+
+const chorus_ar_engine_t* const chorus__hier_ar_engines[] = {&ring_engine, &rhd_engine, &rd_engine};
 const size_t chorus__hier_nar_engines = sizeof(chorus__hier_ar_engines) / sizeof(chorus__hier_ar_engines[0]);
 
 const chorus_ar_engine_t* chorus__hier_ar_engine(const char* name) {
