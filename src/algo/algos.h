@@ -27,5 +27,6 @@ extern const chorus_algo_t chorus__algo_shm_broadcast;
 extern const chorus_algo_t chorus__algo_shm_reduce;
 extern const chorus_algo_t chorus__algo_shm_barrier;
 extern const chorus_algo_t chorus__algo_hier_allreduce;
+extern const chorus_algo_t chorus__algo_hier_allgather;
 
 #endif /* CHORUS_ALGOS_H */
