@@ -28,5 +28,6 @@ extern const chorus_algo_t chorus__algo_shm_reduce;
 extern const chorus_algo_t chorus__algo_shm_barrier;
 extern const chorus_algo_t chorus__algo_hier_allreduce;
 extern const chorus_algo_t chorus__algo_hier_allgather;
+extern const chorus_algo_t chorus__algo_hier_reduce_scatter;
 
 #endif /* CHORUS_ALGOS_H */
