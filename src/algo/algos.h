@@ -29,5 +29,6 @@ extern const chorus_algo_t chorus__algo_shm_barrier;
 extern const chorus_algo_t chorus__algo_hier_allreduce;
 extern const chorus_algo_t chorus__algo_hier_allgather;
 extern const chorus_algo_t chorus__algo_hier_reduce_scatter;
+extern const chorus_algo_t chorus__algo_hier_broadcast;
 
 #endif /* CHORUS_ALGOS_H */
