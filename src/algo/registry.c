@@ -21,7 +21,7 @@ const chorus_algo_t* const chorus__algos[] = {
     /* Two-level: chosen by cost when the communicator spans hosts of equal rank counts. */
     &chorus__algo_hier_allreduce,        &chorus__algo_hier_allgather,
     &chorus__algo_hier_reduce_scatter,   &chorus__algo_hier_broadcast,
-    &chorus__algo_hier_reduce,
+    &chorus__algo_hier_reduce,           &chorus__algo_hier_barrier,
 };
 
 const size_t chorus__nalgos = sizeof(chorus__algos) / sizeof(chorus__algos[0]);
