@@ -25,7 +25,9 @@ const chorus_algo_t* const chorus__algos[] = {
     &chorus__algo_shm_allgather,         &chorus__algo_shm_broadcast,
     &chorus__algo_shm_reduce,            &chorus__algo_shm_barrier,
     /* Two-level: chosen by cost when the communicator spans hosts of equal rank counts. */
-    &chorus__algo_hier_allreduce,
+    &chorus__algo_hier_allreduce,        &chorus__algo_hier_allgather,
+    &chorus__algo_hier_reduce_scatter,   &chorus__algo_hier_broadcast,
+    &chorus__algo_hier_reduce,           &chorus__algo_hier_barrier,
 };
 
 const size_t chorus__nalgos = sizeof(chorus__algos) / sizeof(chorus__algos[0]);

@@ -28,4 +28,64 @@ static inline int chorus__hier_shape_ok(const chorus_task_t* t) {
   return topo->nhosts > 1 && topo->max_local > 1 && topo->uniform;
 }
 
+
+/* ---- one engine run as a phase, whatever the engine (hier/pipe.c) ---- */
+typedef struct {
+  chorus_status_t (*step)(chorus_task_t* t, void* st);
+  void (*free)(void* st);
+  void* st;
+} chorus_hier_run_t;
+
+chorus_status_t chorus__hier_run_ring(const chorus_sched_t* s, int ring_kind, chorus_hier_run_t* run);
+chorus_status_t chorus__hier_run_bcast(const chorus_sched_t* s, chorus_hier_run_t* run);
+chorus_status_t chorus__hier_run_reduce(const chorus_sched_t* s, chorus_hier_run_t* run);
+void chorus__hier_run_free(chorus_hier_run_t* run); /* NULL-safe, idempotent */
+
+/* ---- the phase pipeline of a two-level algorithm (hier/pipe.c) ----
+ * Up to three stages per chunk, each on one level (intra-host or inter-host); stage s of chunk c
+ * starts once the previous active stage of chunk c has finished. Each level runs one phase at a
+ * time in a fixed order, the same on every rank of that level's groups (so the per-peer FIFO
+ * matching stays aligned): one stage on a level runs chunks 0, 1, ..., C-1; two stages a < b
+ * on the same level run a0, a1, b0, a2, b1, ..., b(C-1). `active` must therefore be equal on
+ * every member of a group the stage talks to (host-wide for intra stages, rail-wide for inter
+ * ones). start() sets up stage s of chunk c; finish() (may be NULL) runs when it is done. */
+enum { CHORUS_HIER_INTRA = 0, CHORUS_HIER_INTER = 1 };
+#define CHORUS_HIER_STAGES 3
+
+typedef struct {
+  int stages[2]; /* the active stages on this level, in stage order */
+  int nstages;
+  size_t pos, len;
+  int running, stage;
+  size_t chunk;
+  chorus_hier_run_t run;
+} chorus_hier_level_t;
+
+typedef struct {
+  /* set by the algorithm before chorus__hier_pipe_setup */
+  size_t nchunks;
+  int nstages;
+  int level[CHORUS_HIER_STAGES];
+  int active[CHORUS_HIER_STAGES];
+  chorus_status_t (*start)(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run);
+  void (*finish)(void* ctx, int stage, size_t chunk);
+  void* ctx;
+  /* the driver's */
+  size_t done[CHORUS_HIER_STAGES]; /* chunks finished per stage (in order) */
+  chorus_hier_level_t lv[2];
+} chorus_hier_pipe_t;
+
+void chorus__hier_pipe_setup(chorus_hier_pipe_t* p);
+chorus_status_t chorus__hier_pipe_step(chorus_task_t* t, chorus_hier_pipe_t* p); /* INPROGRESS, OK, < 0 */
+void chorus__hier_pipe_free(chorus_hier_pipe_t* p);
+
+/* Elements per pipeline chunk, as hier allreduce cuts its buffer: about 8 chunks, each giving
+ * every local rank between a quarter and 32 pipelining units. */
+size_t chorus__hier_pipe_elems(size_t count, size_t elem_bytes, int L, size_t unit_bytes);
+
+/* The tag base of stage `stage` (0..2) of chunk `chunk`: phases of one task never match. */
+static inline uint32_t chorus__hier_tag(int stage, size_t chunk) {
+  return ((uint32_t)(stage + 1) << 28) + (uint32_t)(chunk & 0xfff) * 0x10000u;
+}
+
 #endif /* CHORUS_ALGO_HIER_H */

@@ -1,0 +1,148 @@
+/*
+ * hier/allgather.c - two-level allgather: cross hosts once per block, spread inside the host.
+ * For H hosts of L ranks (n = H L), B = count elements of each rank, local index l:
+ *   1. inter: ring allgather over my rail (rail l, host order) of my own block, straight into
+ *      recvbuf: rail member h's block lands at the position of its comm rank;
+ *   2. pack the H blocks of my rail, in host order, as segment l (H B elements) of a scratch of
+ *      n B elements;
+ *   3. intra: ring allgather of the segments over the host (block H B), in place in the
+ *      scratch, so segment l' holds rail l''s blocks in host order;
+ *   4. unpack every other segment l' into recvbuf at the comm ranks of rail l'.
+ * Bytes that cross hosts per rank: (H-1) B sent and received, 1/L of the (n-1) B it gathers
+ * (a flat ring over the host-ordered ring sends (n-1) B per rank over host boundaries on the
+ * ranks at them). Not pipelined across the levels (each ring pipelines by chunk inside itself):
+ * the inter phase is one ring over the whole blocks, and the intra one follows it.
+ *
+ * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2; local copies not modelled):
+ *   T = (H-1) (a2 + S/b2) + (L-1) (a1 + H S/b1).
+ * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
+ * hier runs the flat ring over the host-ordered ring and logs it once. Scratch: n B elements.
+ */
+#include <float.h>
+#include <stdlib.h>
+
+#include "algo/algos.h"
+#include "algo/hier/hier.h"
+#include "algo/ring/ring.h"
+#include "core/log.h"
+
+typedef struct {
+  chorus_sched_t whole;
+  const chorus_topo_t* topo;
+  chorus_group_t host, rail;
+  int H, L, l;
+  char* scratch;
+  chorus_hier_pipe_t pipe;
+  chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
+} hag_t;
+
+/* The position of rail l's block h in the scratch, and in recvbuf. */
+static char* scratch_block(const hag_t* h, int l, int host) {
+  return h->scratch + ((size_t)l * (size_t)h->H + (size_t)host) * h->whole.count * h->whole.elem_bytes;
+}
+static char* recv_block(const hag_t* h, int l, int host) {
+  int rank = h->topo->rails[l * h->topo->nhosts + host];
+  return (char*)h->whole.recvbuf + (size_t)rank * h->whole.count * h->whole.elem_bytes;
+}
+
+static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
+  (void)t;
+  hag_t* h = ctx;
+  size_t block = h->whole.count * h->whole.elem_bytes;
+  chorus_sched_t s = h->whole;
+  s.tag_base = chorus__hier_tag(stage, chunk);
+  if (stage == 0) { /* inter: my block over my rail, into recvbuf */
+    s.group = h->rail;
+    s.block_of = h->rail.ranks;
+    return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
+  }
+  for (int host = 0; host < h->H; host++) /* pack my rail's blocks as segment l */
+    chorus__algo_copy(scratch_block(h, h->l, host), recv_block(h, h->l, host), block);
+  s.group = h->host;
+  s.count = (size_t)h->H * h->whole.count;
+  s.sendbuf = scratch_block(h, h->l, 0);
+  s.recvbuf = h->scratch;
+  s.block_of = NULL;
+  return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
+}
+
+static void hag_finish(void* ctx, int stage, size_t chunk) {
+  (void)chunk;
+  hag_t* h = ctx;
+  if (stage != 1) return;
+  size_t block = h->whole.count * h->whole.elem_bytes;
+  for (int l = 0; l < h->L; l++)
+    if (l != h->l)
+      for (int host = 0; host < h->H; host++) chorus__algo_copy(recv_block(h, l, host), scratch_block(h, l, host), block);
+}
+
+static chorus_status_t hag_progress(chorus_task_t* t) {
+  hag_t* h = t->state;
+  if (h->flat.st) return h->flat.step(t, h->flat.st);
+  return chorus__hier_pipe_step(t, &h->pipe);
+}
+
+static void hag_fini(chorus_task_t* t) {
+  hag_t* h = t->state;
+  if (h) {
+    chorus__hier_pipe_free(&h->pipe);
+    chorus__hier_run_free(&h->flat);
+    free(h->scratch);
+  }
+  free(h);
+  t->state = NULL;
+}
+
+static chorus_status_t hag_init(chorus_task_t* t) {
+  hag_t* h = calloc(1, sizeof(*h));
+  if (!h) return CHORUS_ERR_NO_MEMORY;
+  t->state = h;
+  const chorus_topo_t* topo = t->topo;
+  h->topo = topo;
+  chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
+  chorus_status_t st = CHORUS_OK;
+  if (!chorus__hier_shape_ok(t)) {
+    CH_INFO(ALGO, t->rank, "allgather hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
+    chorus_sched_t s = h->whole;
+    s.block_of = s.group.ranks;
+    st = chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, &h->flat);
+  } else {
+    h->H = topo->nhosts;
+    h->L = topo->max_local;
+    h->l = topo->local_of[t->rank];
+    h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
+    h->rail = chorus__topo_rail(topo, h->l, t->rank);
+    size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
+    h->scratch = malloc(bytes ? bytes : 1);
+    if (!h->scratch) st = CHORUS_ERR_NO_MEMORY;
+    h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
+                                   .nstages = 2,
+                                   .level = {CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                                   .active = {1, 1},
+                                   .start = hag_start,
+                                   .finish = hag_finish,
+                                   .ctx = h};
+    chorus__hier_pipe_setup(&h->pipe);
+  }
+  if (st < 0) hag_fini(t);
+  return st;
+}
+
+static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  int L = cx->max_local, H = cx->nhosts;
+  double block = (double)t->args.count * (double)t->dtype_size;
+  return (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us) +
+         (L - 1.0) * (cx->intra.alpha_us + H * block / cx->intra.bytes_per_us);
+}
+
+const chorus_algo_t chorus__algo_hier_allgather = {
+    .name = "hier",
+    .desc = "two-level: inter-host ring allgather per rail, intra-host ring allgather of the rails' blocks",
+    .coll = CH_COLL_ALLGATHER,
+    .supported = NULL,
+    .cost_us = hag_cost_us,
+    .init = hag_init,
+    .progress = hag_progress,
+    .fini = hag_fini,
+};

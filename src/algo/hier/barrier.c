@@ -1,0 +1,116 @@
+/*
+ * hier/barrier.c - two-level barrier: gather the arrivals inside each host, cross hosts once
+ * per host, release inside each host. For H hosts of L ranks:
+ *   1. intra: binomial reduce of one byte (int8 max) over the host to local index 0;
+ *   2. inter, local index 0 only: ring allreduce of that byte over rail 0;
+ *   3. intra: binomial broadcast of the byte from local index 0 over the host.
+ * A rank leaves once step 3 reaches it, which is after its host's local 0 finished step 2,
+ * which needs every host's local 0 to have finished step 1, i.e. every rank to have entered.
+ * The bytes carry nothing (they live in the state); one byte because empty transfers are
+ * skipped on both sides. Bytes that cross hosts: one byte per step of the rail ring, on the
+ * local-0 ranks only (2 (H-1) messages each); the other ranks never cross hosts.
+ *
+ * Cost (alpha-beta, intra a1, inter a2, lg = ceil(log2)): T = 2 lg(L) a1 + 2 (H-1) a2.
+ * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
+ * hier runs a one-byte ring allreduce over the host-ordered ring and logs it once.
+ */
+#include <float.h>
+#include <stdlib.h>
+
+#include "algo/algos.h"
+#include "algo/hier/hier.h"
+#include "algo/ring/ring.h"
+#include "core/log.h"
+
+typedef struct {
+  chorus_sched_t one; /* one int8, max */
+  chorus_group_t host, rail;
+  char in, out;
+  chorus_hier_pipe_t p;
+  chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
+} hbar_t;
+
+static chorus_status_t hbar_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
+  (void)t;
+  hbar_t* b = ctx;
+  chorus_sched_t s = b->one;
+  s.tag_base = chorus__hier_tag(stage, chunk);
+  s.recvbuf = &b->out;
+  s.sendbuf = &b->out;
+  s.root = 0;
+  if (stage == 0) { /* arrivals, to local index 0 */
+    s.group = b->host;
+    s.sendbuf = &b->in;
+    return chorus__hier_run_reduce(&s, run);
+  }
+  if (stage == 1) { /* local index 0: across hosts */
+    s.group = b->rail;
+    return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE, run);
+  }
+  s.group = b->host; /* release */
+  return chorus__hier_run_bcast(&s, run);
+}
+
+static chorus_status_t hbar_progress(chorus_task_t* t) {
+  hbar_t* b = t->state;
+  if (b->flat.st) return b->flat.step(t, b->flat.st);
+  return chorus__hier_pipe_step(t, &b->p);
+}
+
+static void hbar_fini(chorus_task_t* t) {
+  hbar_t* b = t->state;
+  if (b) {
+    chorus__hier_pipe_free(&b->p);
+    chorus__hier_run_free(&b->flat);
+  }
+  free(b);
+  t->state = NULL;
+}
+
+static chorus_status_t hbar_init(chorus_task_t* t) {
+  hbar_t* b = calloc(1, sizeof(*b));
+  if (!b) return CHORUS_ERR_NO_MEMORY;
+  t->state = b;
+  const chorus_topo_t* topo = t->topo;
+  b->one = (chorus_sched_t){.group = chorus__topo_ring(topo, t->rank),
+                            .sendbuf = &b->in,
+                            .recvbuf = &b->out,
+                            .count = 1,
+                            .dtype = CHORUS_INT8,
+                            .elem_bytes = 1,
+                            .op = CHORUS_MAX,
+                            .chunk_bytes = t->chunk_bytes};
+  if (!chorus__hier_shape_ok(t)) {
+    CH_INFO(ALGO, t->rank, "barrier hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
+    chorus_status_t st = chorus__hier_run_ring(&b->one, CHORUS_RING_ALLREDUCE, &b->flat);
+    if (st < 0) hbar_fini(t);
+    return st;
+  }
+  int l = topo->local_of[t->rank];
+  b->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
+  b->rail = chorus__topo_rail(topo, 0, t->rank);
+  b->p = (chorus_hier_pipe_t){.nchunks = 1,
+                              .nstages = 3,
+                              .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                              .active = {1, l == 0, 1},
+                              .start = hbar_start,
+                              .ctx = b};
+  chorus__hier_pipe_setup(&b->p);
+  return CHORUS_OK;
+}
+
+static double hbar_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  return 2.0 * chorus__ceil_log2(cx->max_local) * cx->intra.alpha_us + 2.0 * (cx->nhosts - 1.0) * cx->inter.alpha_us;
+}
+
+const chorus_algo_t chorus__algo_hier_barrier = {
+    .name = "hier",
+    .desc = "two-level: intra-host tree to local 0, inter-host ring over rail 0, intra-host tree back",
+    .coll = CH_COLL_BARRIER,
+    .supported = NULL,
+    .cost_us = hbar_cost_us,
+    .init = hbar_init,
+    .progress = hbar_progress,
+    .fini = hbar_fini,
+};

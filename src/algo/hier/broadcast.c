@@ -1,0 +1,149 @@
+/*
+ * hier/broadcast.c - two-level broadcast: every local rank carries 1/L of the buffer across
+ * hosts, on its own rail. For H hosts of L ranks, per pipeline chunk c of the buffer (cut into
+ * L segments as the ring allreduce halves cut it, chorus__ring_segment):
+ *   1. intra, on the root's host only: binomial broadcast of chunk c over the host from the
+ *      root's local index;
+ *   2. inter, every local rank l: binomial broadcast over rail l of segment (l+1) mod L of chunk
+ *      c (chorus__ring_rs_owned), rooted at the rail member on the root's host;
+ *   3. intra, on every host but the root's: ring allgather half (CHORUS_RING_ALLREDUCE_AG) over
+ *      the host spreads the L segments.
+ * The buffer travels as bytes (a broadcast only moves data), so any dtype works.
+ * Bytes that cross hosts per rank: N/L received (off the root's host), and N/L sent per child
+ * in the rail's tree (at most ceil(log2 H)); a flat binomial tree over the host-ordered ring
+ * sends N per child across hosts from the few ranks at host boundaries.
+ *
+ * Pipelining: chunk c+1 is spread on the root's host while chunk c crosses hosts, and chunk c
+ * is spread on the other hosts while c+1 crosses. Each level runs one phase at a time in a
+ * fixed order identical on every rank (hier/pipe.c): intra 1(0), 1(1), ... on the root's host
+ * and 3(0), 3(1), ... elsewhere; inter 2(0), 2(1), ...; 2(c) waits for 1(c), 3(c) for 2(c).
+ *
+ * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
+ *   t1 = lg(L) (a1 + P/b1), t2 = lg(H) (a2 + P/(L b2)), t3 = (L-1) (a1 + P/(L b1)),
+ *   T = t1 + t2 + t3 + (C-1) max(t1, t2, t3).
+ * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
+ * hier runs the flat binomial tree over the host-ordered ring and logs it once.
+ */
+#include <float.h>
+#include <stdlib.h>
+
+#include "algo/algos.h"
+#include "algo/hier/hier.h"
+#include "algo/ring/ring.h"
+#include "core/log.h"
+
+typedef struct {
+  chorus_sched_t whole; /* the call as bytes: count = N, uint8 */
+  chorus_group_t host, rail;
+  int L, l, root_host, root_local;
+  size_t pipe, nchunks;
+  chorus_hier_pipe_t p;
+  chorus_hier_run_t flat; /* another shape, forced: the flat tree instead */
+} hbc_t;
+
+static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
+  (void)t;
+  hbc_t* h = ctx;
+  size_t off = chunk * h->pipe, len = chorus__min_sz(h->pipe, h->whole.count - off);
+  chorus_sched_t s = h->whole;
+  s.tag_base = chorus__hier_tag(stage, chunk);
+  s.recvbuf = (char*)h->whole.recvbuf + off;
+  s.sendbuf = s.recvbuf;
+  s.count = len;
+  if (stage == 0) { /* the root's host: from the root */
+    s.group = h->host;
+    s.root = h->root_local;
+    if (h->host.me == h->root_local) s.sendbuf = (const char*)h->whole.sendbuf + off;
+    return chorus__hier_run_bcast(&s, run);
+  }
+  if (stage == 1) { /* my segment over my rail, from the root's host */
+    size_t first, seg;
+    chorus__ring_segment(len, h->L, chorus__ring_rs_owned(h->l, h->L), &first, &seg);
+    s.group = h->rail;
+    s.root = h->root_host;
+    s.recvbuf = (char*)s.recvbuf + first;
+    s.sendbuf = s.recvbuf;
+    s.count = seg;
+    return chorus__hier_run_bcast(&s, run);
+  }
+  s.group = h->host; /* the other hosts: spread the segments */
+  return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
+}
+
+static chorus_status_t hbc_progress(chorus_task_t* t) {
+  hbc_t* h = t->state;
+  if (h->flat.st) return h->flat.step(t, h->flat.st);
+  return chorus__hier_pipe_step(t, &h->p);
+}
+
+static void hbc_fini(chorus_task_t* t) {
+  hbc_t* h = t->state;
+  if (h) {
+    chorus__hier_pipe_free(&h->p);
+    chorus__hier_run_free(&h->flat);
+  }
+  free(h);
+  t->state = NULL;
+}
+
+static chorus_status_t hbc_init(chorus_task_t* t) {
+  hbc_t* h = calloc(1, sizeof(*h));
+  if (!h) return CHORUS_ERR_NO_MEMORY;
+  t->state = h;
+  const chorus_topo_t* topo = t->topo;
+  chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
+  chorus_status_t st = CHORUS_OK;
+  if (!chorus__hier_shape_ok(t)) {
+    CH_INFO(ALGO, t->rank, "broadcast hier: hosts of unequal size (or one host, or one rank per host): flat binomial tree instead");
+    st = chorus__hier_run_bcast(&h->whole, &h->flat);
+    if (st < 0) hbc_fini(t);
+    return st;
+  }
+  h->whole.count *= h->whole.elem_bytes;
+  h->whole.elem_bytes = 1;
+  h->whole.dtype = CHORUS_UINT8;
+  h->whole.op = CHORUS_SUM; /* the allgather half needs a kernel, never runs it */
+  h->L = topo->max_local;
+  h->l = topo->local_of[t->rank];
+  h->root_host = topo->host_of[t->args.root];
+  h->root_local = topo->local_of[t->args.root];
+  h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
+  h->rail = chorus__topo_rail(topo, h->l, t->rank);
+  h->pipe = chorus__hier_pipe_elems(h->whole.count, 1, h->L, h->whole.chunk_bytes);
+  h->nchunks = chorus__div_up(h->whole.count, h->pipe);
+  int on_root_host = topo->host_of[t->rank] == h->root_host;
+  h->p = (chorus_hier_pipe_t){.nchunks = h->nchunks,
+                              .nstages = 3,
+                              .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                              .active = {on_root_host, 1, !on_root_host},
+                              .start = hbc_start,
+                              .ctx = h};
+  chorus__hier_pipe_setup(&h->p);
+  return CHORUS_OK;
+}
+
+static double hbc_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  int L = cx->max_local, H = cx->nhosts;
+  size_t bytes = t->args.count * t->dtype_size;
+  if (bytes == 0) return 0.0;
+  size_t pipe = chorus__hier_pipe_elems(bytes, 1, L, t->chunk_bytes);
+  double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
+  double t1 = chorus__ceil_log2(L) * (cx->intra.alpha_us + P / cx->intra.bytes_per_us);
+  double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
+  double t3 = (L - 1.0) * (cx->intra.alpha_us + P / L / cx->intra.bytes_per_us);
+  double slowest = t1 > t2 ? t1 : t2;
+  if (t3 > slowest) slowest = t3;
+  return t1 + t2 + t3 + (chunks - 1.0) * slowest;
+}
+
+const chorus_algo_t chorus__algo_hier_broadcast = {
+    .name = "hier",
+    .desc = "two-level: intra-host tree on the root's host, inter-host tree per rail of 1/L each, intra-host allgather, pipelined",
+    .coll = CH_COLL_BROADCAST,
+    .supported = NULL,
+    .cost_us = hbc_cost_us,
+    .init = hbc_init,
+    .progress = hbc_progress,
+    .fini = hbc_fini,
+};

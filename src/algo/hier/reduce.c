@@ -1,0 +1,158 @@
+/*
+ * hier/reduce.c - two-level reduce: reduce inside each host, cross hosts with 1/L of the data
+ * per rank towards the root's host, gather there. For H hosts of L ranks, per pipeline chunk c
+ * of the buffer (cut into L segments, chorus__ring_segment):
+ *   1. intra, every host: ring reduce-scatter half (CHORUS_RING_ALLREDUCE_RS, undivided): local
+ *      rank l ends with segment (l+1) mod L of chunk c reduced over its host;
+ *   2. inter, every local rank l: binomial reduce of that segment over rail l to the member on
+ *      the root's host; avg divides there by n, once;
+ *   3. intra, on the root's host only: ring allgather half (CHORUS_RING_ALLREDUCE_AG) over the
+ *      host brings the L segments to every rank of that host, the root included.
+ * The root works in its recvbuf; every other rank in a scratch of N bytes (its recvbuf is not
+ * significant, chorus.h, and may be NULL).
+ * Bytes that cross hosts per rank: N/L sent (off the root's host), and N/L received per child
+ * in the rail's tree (at most ceil(log2 H)); a flat binomial tree over the host-ordered ring
+ * moves N per child across hosts through the few ranks at host boundaries.
+ *
+ * Pipelining: chunk c crosses hosts while chunk c+1 is reduced inside the hosts and chunk c-1
+ * is gathered on the root's host. Each level runs one phase at a time in a fixed order
+ * identical on every rank (hier/pipe.c): intra 1(0), 1(1), 3(0), 1(2), 3(1), ..., 3(C-1) on the
+ * root's host, 1(0), 1(1), ... elsewhere; inter 2(0), 2(1), ...; 2(c) waits for 1(c), 3(c) for
+ * 2(c).
+ *
+ * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
+ *   t1 = t3 = (L-1) (a1 + P/(L b1)), t2 = lg(H) (a2 + P/(L b2)),
+ *   T = t1 + t2 + t3 + (C-1) max(t1 + t3, t2)   (the root's host runs both intra phases).
+ * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
+ * hier runs the flat binomial tree over the host-ordered ring and logs it once.
+ */
+#include <float.h>
+#include <stdlib.h>
+
+#include "algo/algos.h"
+#include "algo/hier/hier.h"
+#include "algo/ring/ring.h"
+#include "core/log.h"
+
+typedef struct {
+  chorus_sched_t whole;
+  chorus_group_t host, rail;
+  int L, l, root_host;
+  char* work;    /* where the chunks are reduced: the root's recvbuf, else `scratch` */
+  char* scratch;
+  size_t pipe, nchunks;
+  chorus_hier_pipe_t p;
+  chorus_hier_run_t flat; /* another shape, forced: the flat tree instead */
+} hrd_t;
+
+static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
+  (void)t;
+  hrd_t* h = ctx;
+  size_t es = h->whole.elem_bytes, first_elem = chunk * h->pipe;
+  size_t len = chorus__min_sz(h->pipe, h->whole.count - first_elem);
+  chorus_sched_t s = h->whole;
+  s.tag_base = chorus__hier_tag(stage, chunk);
+  s.recvbuf = h->work + first_elem * es;
+  s.count = len;
+  if (stage == 0) { /* reduce-scatter the chunk over the host */
+    s.group = h->host;
+    s.sendbuf = (const char*)h->whole.sendbuf + first_elem * es;
+    s.avg_divisor = 0; /* partial sums: the inter phase divides */
+    return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_RS, run);
+  }
+  if (stage == 1) { /* my segment over my rail, to the root's host */
+    size_t first, seg;
+    chorus__ring_segment(len, h->L, chorus__ring_rs_owned(h->l, h->L), &first, &seg);
+    s.group = h->rail;
+    s.root = h->root_host;
+    s.recvbuf = (char*)s.recvbuf + first * es;
+    s.sendbuf = s.recvbuf;
+    s.count = seg;
+    return chorus__hier_run_reduce(&s, run);
+  }
+  s.group = h->host; /* the root's host: gather the segments */
+  s.sendbuf = s.recvbuf;
+  return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
+}
+
+static chorus_status_t hrd_progress(chorus_task_t* t) {
+  hrd_t* h = t->state;
+  if (h->flat.st) return h->flat.step(t, h->flat.st);
+  return chorus__hier_pipe_step(t, &h->p);
+}
+
+static void hrd_fini(chorus_task_t* t) {
+  hrd_t* h = t->state;
+  if (h) {
+    chorus__hier_pipe_free(&h->p);
+    chorus__hier_run_free(&h->flat);
+    free(h->scratch);
+  }
+  free(h);
+  t->state = NULL;
+}
+
+static chorus_status_t hrd_init(chorus_task_t* t) {
+  hrd_t* h = calloc(1, sizeof(*h));
+  if (!h) return CHORUS_ERR_NO_MEMORY;
+  t->state = h;
+  const chorus_topo_t* topo = t->topo;
+  chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
+  if (!chorus__hier_shape_ok(t)) {
+    CH_INFO(ALGO, t->rank, "reduce hier: hosts of unequal size (or one host, or one rank per host): flat binomial tree instead");
+    chorus_status_t st = chorus__hier_run_reduce(&h->whole, &h->flat);
+    if (st < 0) hrd_fini(t);
+    return st;
+  }
+  h->L = topo->max_local;
+  h->l = topo->local_of[t->rank];
+  h->root_host = topo->host_of[t->args.root];
+  h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
+  h->rail = chorus__topo_rail(topo, h->l, t->rank);
+  h->pipe = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->L, h->whole.chunk_bytes);
+  h->nchunks = chorus__div_up(h->whole.count, h->pipe);
+  if (t->rank == t->args.root) {
+    h->work = h->whole.recvbuf;
+  } else {
+    size_t bytes = h->whole.count * h->whole.elem_bytes;
+    h->scratch = malloc(bytes ? bytes : 1);
+    if (!h->scratch) {
+      hrd_fini(t);
+      return CHORUS_ERR_NO_MEMORY;
+    }
+    h->work = h->scratch;
+  }
+  int on_root_host = topo->host_of[t->rank] == h->root_host;
+  h->p = (chorus_hier_pipe_t){.nchunks = h->nchunks,
+                              .nstages = 3,
+                              .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                              .active = {1, 1, on_root_host},
+                              .start = hrd_start,
+                              .ctx = h};
+  chorus__hier_pipe_setup(&h->p);
+  return CHORUS_OK;
+}
+
+static double hrd_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  int L = cx->max_local, H = cx->nhosts;
+  size_t bytes = t->args.count * t->dtype_size;
+  if (bytes == 0) return 0.0;
+  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
+  double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
+  double t1 = (L - 1.0) * (cx->intra.alpha_us + P / L / cx->intra.bytes_per_us), t3 = t1;
+  double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
+  double slowest = t1 + t3 > t2 ? t1 + t3 : t2;
+  return t1 + t2 + t3 + (chunks - 1.0) * slowest;
+}
+
+const chorus_algo_t chorus__algo_hier_reduce = {
+    .name = "hier",
+    .desc = "two-level: intra-host reduce-scatter, inter-host tree per rail of 1/L each, allgather on the root's host, pipelined",
+    .coll = CH_COLL_REDUCE,
+    .supported = chorus__algo_reduce_supported,
+    .cost_us = hrd_cost_us,
+    .init = hrd_init,
+    .progress = hrd_progress,
+    .fini = hrd_fini,
+};
