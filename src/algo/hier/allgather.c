@@ -29,8 +29,7 @@
 typedef struct {
   chorus_sched_t whole;
   const chorus_topo_t* topo;
-  chorus_group_t host, rail;
-  int H, L, l;
+  chorus_hier_place_t at;
   char* scratch;
   chorus_hier_pipe_t pipe;
   chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
@@ -38,7 +37,7 @@ typedef struct {
 
 /* The position of rail l's block h in the scratch, and in recvbuf. */
 static char* scratch_block(const hag_t* h, int l, int host) {
-  return h->scratch + ((size_t)l * (size_t)h->H + (size_t)host) * h->whole.count * h->whole.elem_bytes;
+  return h->scratch + ((size_t)l * (size_t)h->at.H + (size_t)host) * h->whole.count * h->whole.elem_bytes;
 }
 static char* recv_block(const hag_t* h, int l, int host) {
   int rank = h->topo->rails[l * h->topo->nhosts + host];
@@ -52,15 +51,15 @@ static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t 
   chorus_sched_t s = h->whole;
   s.tag_base = chorus__hier_tag(stage, chunk);
   if (stage == 0) { /* inter: my block over my rail, into recvbuf */
-    s.group = h->rail;
-    s.block_of = h->rail.ranks;
+    s.group = h->at.rail;
+    s.block_of = h->at.rail.ranks;
     return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
   }
-  for (int host = 0; host < h->H; host++) /* pack my rail's blocks as segment l */
-    chorus__algo_copy(scratch_block(h, h->l, host), recv_block(h, h->l, host), block);
-  s.group = h->host;
-  s.count = (size_t)h->H * h->whole.count;
-  s.sendbuf = scratch_block(h, h->l, 0);
+  for (int host = 0; host < h->at.H; host++) /* pack my rail's blocks as segment l */
+    chorus__algo_copy(scratch_block(h, h->at.l, host), recv_block(h, h->at.l, host), block);
+  s.group = h->at.host;
+  s.count = (size_t)h->at.H * h->whole.count;
+  s.sendbuf = scratch_block(h, h->at.l, 0);
   s.recvbuf = h->scratch;
   s.block_of = NULL;
   return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
@@ -71,9 +70,9 @@ static void hag_finish(void* ctx, int stage, size_t chunk) {
   hag_t* h = ctx;
   if (stage != 1) return;
   size_t block = h->whole.count * h->whole.elem_bytes;
-  for (int l = 0; l < h->L; l++)
-    if (l != h->l)
-      for (int host = 0; host < h->H; host++) chorus__algo_copy(recv_block(h, l, host), scratch_block(h, l, host), block);
+  for (int l = 0; l < h->at.L; l++)
+    if (l != h->at.l)
+      for (int host = 0; host < h->at.H; host++) chorus__algo_copy(recv_block(h, l, host), scratch_block(h, l, host), block);
 }
 
 static chorus_status_t hag_progress(chorus_task_t* t) {
@@ -107,11 +106,7 @@ static chorus_status_t hag_init(chorus_task_t* t) {
     s.block_of = s.group.ranks;
     st = chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, &h->flat);
   } else {
-    h->H = topo->nhosts;
-    h->L = topo->max_local;
-    h->l = topo->local_of[t->rank];
-    h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
-    h->rail = chorus__topo_rail(topo, h->l, t->rank);
+    h->at = chorus__hier_place(t);
     size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
     h->scratch = malloc(bytes ? bytes : 1);
     if (!h->scratch) st = CHORUS_ERR_NO_MEMORY;

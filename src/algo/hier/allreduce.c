@@ -32,27 +32,15 @@
 #include "algo/ring/ring.h"
 #include "core/log.h"
 
-/* Pipeline chunks: about HIER_TARGET_CHUNKS of them, each giving every local rank between a
- * quarter and 32 of the communicator's pipelining units (CHORUS_BUFF_SIZE: 64 KiB to 8 MiB by
- * default), so that small calls are one chunk and huge ones do not hold huge phases. */
-#define HIER_TARGET_CHUNKS 8
-
-enum { TAG_INTRA = 1u << 28, TAG_INTER = 2u << 28 };
+enum { STAGE_RS = 0, STAGE_AR = 1, STAGE_AG = 2 };
 
 typedef struct {
-  chorus_sched_t whole;  /* the call: buffers, count, op */
-  chorus_group_t host, rail;
-  int L, l;
-  size_t pipe_elems, nchunks;
+  chorus_sched_t whole; /* the call: buffers, count, op */
+  chorus_hier_place_t at;
+  size_t pipe_elems;
   const chorus_ar_engine_t* eng;
-  /* intra level: position in the fixed sequence of 2C phases, the running phase */
-  size_t intra_pos;
-  chorus_ring_t* intra;
-  size_t rs_done; /* chunks whose intra RS finished */
-  /* inter level */
-  void* inter;
-  size_t inter_started, inter_done;
-  chorus_ring_t* flat; /* uneven hosts, forced: the flat ring instead */
+  chorus_hier_pipe_t pipe;
+  chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
 } hier_t;
 
 static size_t chunk_first(const hier_t* h, size_t c) { return c * h->pipe_elems; }
@@ -60,103 +48,42 @@ static size_t chunk_elems(const hier_t* h, size_t c) {
   return chorus__min_sz(h->pipe_elems, h->whole.count - chunk_first(h, c));
 }
 
-/* Phase j of the intra sequence: RS(0), then RS(k+1), AG(k) for k < C-1, then AG(C-1). */
-static void intra_phase(const hier_t* h, size_t j, int* is_rs, size_t* chunk) {
-  if (j == 0) {
-    *is_rs = 1;
-    *chunk = 0;
-  } else if (j == 2 * h->nchunks - 1) {
-    *is_rs = 0;
-    *chunk = h->nchunks - 1;
-  } else {
-    *is_rs = (j - 1) % 2 == 0;
-    *chunk = (j - 1) / 2 + (*is_rs ? 1 : 0);
-  }
-}
-
-static chorus_status_t start_intra(hier_t* h, int is_rs, size_t c) {
+static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_t c, chorus_hier_run_t* run) {
+  (void)t;
+  hier_t* h = ctx;
   size_t off = chunk_first(h, c) * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
-  s.group = h->host;
+  s.tag_base = chorus__hier_tag(stage, c);
+  if (stage == STAGE_AR) { /* my segment of the chunk, in place, over my rail; avg divides here */
+    size_t first, len;
+    chorus__ring_segment(chunk_elems(h, c), h->at.L, chorus__ring_rs_owned(h->at.l, h->at.L), &first, &len);
+    s.group = h->at.rail;
+    s.recvbuf = (char*)h->whole.recvbuf + off + first * h->whole.elem_bytes;
+    s.sendbuf = s.recvbuf;
+    s.count = len;
+    *run = (chorus_hier_run_t){h->eng->step, h->eng->free, NULL};
+    return h->eng->start(&s, &run->st);
+  }
+  int is_rs = stage == STAGE_RS;
+  s.group = h->at.host;
   s.sendbuf = is_rs ? (const char*)h->whole.sendbuf + off : (char*)h->whole.recvbuf + off;
   s.recvbuf = (char*)h->whole.recvbuf + off;
   s.count = chunk_elems(h, c);
   s.avg_divisor = 0; /* partial sums: the inter phase divides */
-  s.tag_base = TAG_INTRA + (uint32_t)((2 * c + (is_rs ? 0 : 1)) & 0xfff) * 0x10000u;
-  return chorus__ring_start(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, &h->intra);
-}
-
-static chorus_status_t start_inter(hier_t* h, size_t c) {
-  size_t first, len;
-  chorus__ring_segment(chunk_elems(h, c), h->L, chorus__ring_rs_owned(h->l, h->L), &first, &len);
-  chorus_sched_t s = h->whole;
-  s.group = h->rail;
-  s.recvbuf = (char*)h->whole.recvbuf + (chunk_first(h, c) + first) * h->whole.elem_bytes;
-  s.sendbuf = s.recvbuf;
-  s.count = len;
-  s.tag_base = TAG_INTER + (uint32_t)(c & 0xfff) * 0x10000u;
-  return h->eng->start(&s, &h->inter);
-}
-
-/* Advances the inter level; starts the next AR once its chunk is reduced in the host. */
-static chorus_status_t drive_inter(chorus_task_t* t, hier_t* h, int* moved) {
-  if (h->inter) {
-    chorus_status_t st = h->eng->step(t, h->inter);
-    if (st < 0 || st == CHORUS_INPROGRESS) return st < 0 ? st : CHORUS_OK;
-    h->eng->free(h->inter);
-    h->inter = NULL;
-    h->inter_done++;
-    *moved = 1;
-  }
-  if (h->inter_started < h->nchunks && h->rs_done > h->inter_started) {
-    chorus_status_t st = start_inter(h, h->inter_started++);
-    if (st < 0) return st;
-    *moved = 1;
-  }
-  return CHORUS_OK;
-}
-
-static chorus_status_t drive_intra(chorus_task_t* t, hier_t* h, int* moved) {
-  int is_rs;
-  size_t c;
-  if (h->intra_pos == 2 * h->nchunks) return CHORUS_OK;
-  intra_phase(h, h->intra_pos, &is_rs, &c);
-  if (!h->intra) {
-    if (!is_rs && h->inter_done <= c) return CHORUS_OK; /* AG(c) spreads what AR(c) made */
-    chorus_status_t st = start_intra(h, is_rs, c);
-    if (st < 0) return st;
-    *moved = 1;
-  }
-  chorus_status_t st = chorus__ring_step(t, h->intra);
-  if (st < 0 || st == CHORUS_INPROGRESS) return st < 0 ? st : CHORUS_OK;
-  chorus__ring_free(h->intra);
-  h->intra = NULL;
-  if (is_rs) h->rs_done = c + 1;
-  h->intra_pos++;
-  *moved = 1;
-  return CHORUS_OK;
+  return chorus__hier_run_ring(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, run);
 }
 
 static chorus_status_t hier_progress(chorus_task_t* t) {
   hier_t* h = t->state;
-  if (h->flat) return chorus__ring_step(t, h->flat);
-  int moved;
-  do {
-    moved = 0;
-    chorus_status_t st = drive_inter(t, h, &moved);
-    if (st >= 0) st = drive_intra(t, h, &moved);
-    if (st < 0) return st;
-    if (moved) t->phase++;
-  } while (moved);
-  return h->intra_pos == 2 * h->nchunks && h->inter_done == h->nchunks ? CHORUS_OK : CHORUS_INPROGRESS;
+  if (h->flat.st) return h->flat.step(t, h->flat.st);
+  return chorus__hier_pipe_step(t, &h->pipe);
 }
 
 static void hier_fini(chorus_task_t* t) {
   hier_t* h = t->state;
   if (h) {
-    chorus__ring_free(h->intra);
-    chorus__ring_free(h->flat);
-    if (h->inter) h->eng->free(h->inter);
+    chorus__hier_pipe_free(&h->pipe);
+    chorus__hier_run_free(&h->flat);
   }
   free(h);
   t->state = NULL;
@@ -177,39 +104,31 @@ static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const choru
   return best;
 }
 
-static size_t pipe_elems_for(size_t count, size_t elem_bytes, int L, size_t unit_bytes) {
-  size_t total = count * elem_bytes, per_rank = total / (size_t)L / HIER_TARGET_CHUNKS;
-  if (per_rank < unit_bytes / 4) per_rank = unit_bytes / 4;
-  if (per_rank > unit_bytes * 32) per_rank = unit_bytes * 32;
-  size_t elems = per_rank * (size_t)L / elem_bytes;
-  return elems ? elems : 1;
-}
-
 static chorus_status_t hier_init(chorus_task_t* t) {
   hier_t* h = calloc(1, sizeof(*h));
   if (!h) return CHORUS_ERR_NO_MEMORY;
   t->state = h;
-  const chorus_topo_t* topo = t->topo;
-  chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
+  chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &h->whole);
+  chorus_status_t st = CHORUS_OK;
   if (!chorus__hier_shape_ok(t)) { /* forced on a shape it cannot serve: the flat ring */
     CH_INFO(ALGO, t->rank, "allreduce hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
-    chorus_status_t st = chorus__ring_start(&h->whole, CHORUS_RING_ALLREDUCE, &h->flat);
-    if (st < 0) hier_fini(t);
-    return st;
+    st = chorus__hier_run_ring(&h->whole, CHORUS_RING_ALLREDUCE, &h->flat);
+  } else {
+    h->at = chorus__hier_place(t);
+    h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
+    h->eng = pick_engine(t, t->cost, (double)(h->pipe_elems * h->whole.elem_bytes) / h->at.L);
+    if (!h->eng) st = CHORUS_ERR_NOT_SUPPORTED;
+    h->pipe.nchunks = chorus__div_up(h->whole.count, h->pipe_elems);
+    h->pipe.nstages = 3;
+    h->pipe.level[STAGE_RS] = h->pipe.level[STAGE_AG] = CHORUS_HIER_INTRA;
+    h->pipe.level[STAGE_AR] = CHORUS_HIER_INTER;
+    h->pipe.active[STAGE_RS] = h->pipe.active[STAGE_AR] = h->pipe.active[STAGE_AG] = 1;
+    h->pipe.start = start_stage;
+    h->pipe.ctx = h;
+    chorus__hier_pipe_setup(&h->pipe);
   }
-  h->L = topo->max_local;
-  h->l = topo->local_of[t->rank];
-  h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
-  h->rail = chorus__topo_rail(topo, h->l, t->rank);
-  h->pipe_elems = pipe_elems_for(h->whole.count, h->whole.elem_bytes, h->L, h->whole.chunk_bytes);
-  h->nchunks = chorus__div_up(h->whole.count, h->pipe_elems);
-  h->eng = t->cost ? pick_engine(t, t->cost, (double)(h->pipe_elems * h->whole.elem_bytes) / h->L)
-                   : chorus__hier_ar_engines[0];
-  if (!h->eng) {
-    hier_fini(t);
-    return CHORUS_ERR_NOT_SUPPORTED;
-  }
-  return CHORUS_OK;
+  if (st < 0) hier_fini(t);
+  return st;
 }
 
 static const char* sub_name(size_t i) { return i < chorus__hier_nar_engines ? chorus__hier_ar_engines[i]->name : NULL; }
@@ -220,7 +139,7 @@ static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) 
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   double bytes = (double)t->args.count * (double)t->dtype_size;
-  size_t pipe = pipe_elems_for(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
+  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
   double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, per_chunk = bytes / chunks;
   double intra = 2.0 * (L - 1) * cx->intra.alpha_us + (L - 1.0) / L * per_chunk / cx->intra.bytes_per_us;
   const chorus_ar_engine_t* eng = pick_engine(t, cx, per_chunk / L);

@@ -34,8 +34,8 @@
 
 typedef struct {
   chorus_sched_t whole; /* the call as bytes: count = N, uint8 */
-  chorus_group_t host, rail;
-  int L, l, root_host, root_local;
+  chorus_hier_place_t at;
+  int root_host, root_local;
   size_t pipe, nchunks;
   chorus_hier_pipe_t p;
   chorus_hier_run_t flat; /* another shape, forced: the flat tree instead */
@@ -51,22 +51,22 @@ static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.sendbuf = s.recvbuf;
   s.count = len;
   if (stage == 0) { /* the root's host: from the root */
-    s.group = h->host;
+    s.group = h->at.host;
     s.root = h->root_local;
-    if (h->host.me == h->root_local) s.sendbuf = (const char*)h->whole.sendbuf + off;
+    if (h->at.host.me == h->root_local) s.sendbuf = (const char*)h->whole.sendbuf + off;
     return chorus__hier_run_bcast(&s, run);
   }
   if (stage == 1) { /* my segment over my rail, from the root's host */
     size_t first, seg;
-    chorus__ring_segment(len, h->L, chorus__ring_rs_owned(h->l, h->L), &first, &seg);
-    s.group = h->rail;
+    chorus__ring_segment(len, h->at.L, chorus__ring_rs_owned(h->at.l, h->at.L), &first, &seg);
+    s.group = h->at.rail;
     s.root = h->root_host;
     s.recvbuf = (char*)s.recvbuf + first;
     s.sendbuf = s.recvbuf;
     s.count = seg;
     return chorus__hier_run_bcast(&s, run);
   }
-  s.group = h->host; /* the other hosts: spread the segments */
+  s.group = h->at.host; /* the other hosts: spread the segments */
   return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
 }
 
@@ -103,13 +103,10 @@ static chorus_status_t hbc_init(chorus_task_t* t) {
   h->whole.elem_bytes = 1;
   h->whole.dtype = CHORUS_UINT8;
   h->whole.op = CHORUS_SUM; /* the allgather half needs a kernel, never runs it */
-  h->L = topo->max_local;
-  h->l = topo->local_of[t->rank];
+  h->at = chorus__hier_place(t);
   h->root_host = topo->host_of[t->args.root];
   h->root_local = topo->local_of[t->args.root];
-  h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
-  h->rail = chorus__topo_rail(topo, h->l, t->rank);
-  h->pipe = chorus__hier_pipe_elems(h->whole.count, 1, h->L, h->whole.chunk_bytes);
+  h->pipe = chorus__hier_pipe_elems(h->whole.count, 1, h->at.L, h->whole.chunk_bytes);
   h->nchunks = chorus__div_up(h->whole.count, h->pipe);
   int on_root_host = topo->host_of[t->rank] == h->root_host;
   h->p = (chorus_hier_pipe_t){.nchunks = h->nchunks,

@@ -22,6 +22,21 @@ extern const chorus_ar_engine_t* const chorus__hier_ar_engines[];
 extern const size_t chorus__hier_nar_engines;
 const chorus_ar_engine_t* chorus__hier_ar_engine(const char* name); /* NULL when unknown */
 
+/* This rank's place in the two levels: H hosts of L ranks, its local index l, the ranks of its
+ * host and its rail (the ranks of local index l, one per host). */
+typedef struct {
+  int H, L, l;
+  chorus_group_t host, rail;
+} chorus_hier_place_t;
+
+static inline chorus_hier_place_t chorus__hier_place(const chorus_task_t* t) {
+  const chorus_topo_t* topo = t->topo;
+  chorus_hier_place_t at = {topo->nhosts, topo->max_local, topo->local_of[t->rank], {0, -1, NULL}, {0, -1, NULL}};
+  at.host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
+  at.rail = chorus__topo_rail(topo, at.l, t->rank);
+  return at;
+}
+
 /* 1 when the two-level schedule applies: several hosts, several ranks on each, all equal. */
 static inline int chorus__hier_shape_ok(const chorus_task_t* t) {
   const chorus_topo_t* topo = t->topo;

@@ -36,8 +36,8 @@
 
 typedef struct {
   chorus_sched_t whole;
-  chorus_group_t host, rail;
-  int L, l, root_host;
+  chorus_hier_place_t at;
+  int root_host;
   char* work;    /* where the chunks are reduced: the root's recvbuf, else `scratch` */
   char* scratch;
   size_t pipe, nchunks;
@@ -55,22 +55,22 @@ static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.recvbuf = h->work + first_elem * es;
   s.count = len;
   if (stage == 0) { /* reduce-scatter the chunk over the host */
-    s.group = h->host;
+    s.group = h->at.host;
     s.sendbuf = (const char*)h->whole.sendbuf + first_elem * es;
     s.avg_divisor = 0; /* partial sums: the inter phase divides */
     return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_RS, run);
   }
   if (stage == 1) { /* my segment over my rail, to the root's host */
     size_t first, seg;
-    chorus__ring_segment(len, h->L, chorus__ring_rs_owned(h->l, h->L), &first, &seg);
-    s.group = h->rail;
+    chorus__ring_segment(len, h->at.L, chorus__ring_rs_owned(h->at.l, h->at.L), &first, &seg);
+    s.group = h->at.rail;
     s.root = h->root_host;
     s.recvbuf = (char*)s.recvbuf + first * es;
     s.sendbuf = s.recvbuf;
     s.count = seg;
     return chorus__hier_run_reduce(&s, run);
   }
-  s.group = h->host; /* the root's host: gather the segments */
+  s.group = h->at.host; /* the root's host: gather the segments */
   s.sendbuf = s.recvbuf;
   return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
 }
@@ -104,12 +104,9 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
     if (st < 0) hrd_fini(t);
     return st;
   }
-  h->L = topo->max_local;
-  h->l = topo->local_of[t->rank];
+  h->at = chorus__hier_place(t);
   h->root_host = topo->host_of[t->args.root];
-  h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
-  h->rail = chorus__topo_rail(topo, h->l, t->rank);
-  h->pipe = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->L, h->whole.chunk_bytes);
+  h->pipe = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
   h->nchunks = chorus__div_up(h->whole.count, h->pipe);
   if (t->rank == t->args.root) {
     h->work = h->whole.recvbuf;

@@ -30,8 +30,7 @@
 typedef struct {
   chorus_sched_t whole;
   const chorus_topo_t* topo;
-  chorus_group_t host, rail;
-  int H, L, l;
+  chorus_hier_place_t at;
   char* packed;  /* n B: the input in rail order */
   char* reduced; /* H B: my segment reduced over the host */
   chorus_hier_pipe_t pipe;
@@ -46,20 +45,20 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.tag_base = chorus__hier_tag(stage, chunk);
   s.block_of = NULL;
   if (stage == 0) { /* pack, then reduce over the host */
-    for (int l = 0; l < h->L; l++)
-      for (int host = 0; host < h->H; host++) {
+    for (int l = 0; l < h->at.L; l++)
+      for (int host = 0; host < h->at.H; host++) {
         int rank = h->topo->rails[l * h->topo->nhosts + host];
-        chorus__algo_copy(h->packed + ((size_t)l * (size_t)h->H + (size_t)host) * block,
+        chorus__algo_copy(h->packed + ((size_t)l * (size_t)h->at.H + (size_t)host) * block,
                           (const char*)h->whole.sendbuf + (size_t)rank * block, block);
       }
-    s.group = h->host;
-    s.count = (size_t)h->H * h->whole.count;
+    s.group = h->at.host;
+    s.count = (size_t)h->at.H * h->whole.count;
     s.sendbuf = h->packed;
     s.recvbuf = h->reduced;
     s.avg_divisor = 0; /* partial sums: the inter phase divides */
     return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
   }
-  s.group = h->rail;
+  s.group = h->at.rail;
   s.sendbuf = h->reduced;
   return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
 }
@@ -95,13 +94,9 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
     s.block_of = s.group.ranks;
     st = chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, &h->flat);
   } else {
-    h->H = topo->nhosts;
-    h->L = topo->max_local;
-    h->l = topo->local_of[t->rank];
-    h->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
-    h->rail = chorus__topo_rail(topo, h->l, t->rank);
+    h->at = chorus__hier_place(t);
     size_t block = h->whole.count * h->whole.elem_bytes;
-    size_t bytes = ((size_t)t->nranks + (size_t)h->H) * block;
+    size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
     h->packed = malloc(bytes ? bytes : 1);
     if (!h->packed) st = CHORUS_ERR_NO_MEMORY;
     else h->reduced = h->packed + (size_t)t->nranks * block;
