@@ -44,28 +44,30 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
     t->algo = cached;
     return CHORUS_OK;
   }
-  const chorus_algo_t *best = NULL, *second = NULL;
-  double best_us = DBL_MAX, second_us = DBL_MAX;
+  const chorus_algo_t* best = NULL;
+  double best_us = DBL_MAX;
+  /* The candidates and their predictions, for the debug log (built only when it is on). */
+  int log_on = CH_LOG_ON(CH_LOG_DEBUG, CH_SUB(TUNE));
+  char cands[512];
+  size_t len = 0;
+  cands[0] = '\0';
   for (size_t i = 0; i < chorus__nalgos; i++) {
     const chorus_algo_t* a = chorus__algos[i];
     if (a->coll != coll || (a->supported && !a->supported(t))) continue;
     double us = a->cost_us ? a->cost_us(t, &comm->cost) : 0.0;
     if (us < best_us) {
-      second = best;
-      second_us = best_us;
       best = a;
       best_us = us;
-    } else if (us < second_us) {
-      second = a;
-      second_us = us;
     }
+    if (log_on && len + 40 < sizeof(cands) && us < DBL_MAX)
+      len += (size_t)snprintf(cands + len, sizeof(cands) - len, " %s=%.1f", a->name, us);
   }
   if (!best) {
     chorus__comm_set_error(comm, "%s: no registered algorithm supports this call", cname);
     return CHORUS_ERR_NOT_SUPPORTED;
   }
-  CH_DEBUG(TUNE, comm->rank, "%s of %zu elements: %s (%.1f us predicted)%s%s", cname, t->args.count,
-           best->name, best_us, second ? ", runner-up " : "", second ? second->name : "");
+  CH_DEBUG(TUNE, comm->rank, "%s of %zu bytes on %d host(s): %s (%.1f us predicted); candidates (us):%s", cname,
+           bytes, comm->cost.nhosts, best->name, best_us, cands);
   t->algo = best;
   comm->picked[coll].algo = best;
   memcpy(comm->picked[coll].key, key, sizeof(key));

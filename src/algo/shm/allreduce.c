@@ -31,10 +31,9 @@ static int supported(const chorus_task_t* t) {
 }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  (void)cx;
   size_t bytes = t->args.count * t->dtype_size, slot = chorus__conn_shm_slot_bytes(t);
-  if (t->nranks == 2) return chorus__shm_cost_us(1, chorus__div_up(bytes, slot), 3.0 * (double)bytes);
-  return chorus__shm_cost_us(3, chorus__div_up(bytes, slot), 4.0 * (double)bytes);
+  if (t->nranks == 2) return chorus__shm_cost_us(cx, 1, chorus__div_up(bytes, slot), 3.0 * (double)bytes);
+  return chorus__shm_cost_us(cx, 3, chorus__div_up(bytes, slot), 4.0 * (double)bytes);
 }
 
 static chorus_status_t init(chorus_task_t* t) {

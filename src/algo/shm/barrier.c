@@ -10,8 +10,7 @@ static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t);
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   (void)t;
-  (void)cx;
-  return chorus__shm_cost_us(1, 1, 0);
+  return chorus__shm_cost_us(cx, 1, 1, 0);
 }
 
 static chorus_status_t init(chorus_task_t* t) { return chorus__shm_op_init(t, 1, 1, 0); }

@@ -15,9 +15,8 @@
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  (void)cx;
   size_t bytes = t->args.count * t->dtype_size;
-  return chorus__shm_cost_us(1, chorus__div_up(bytes, chorus__conn_shm_slot_bytes(t)), 2.0 * (double)bytes);
+  return chorus__shm_cost_us(cx, 1, chorus__div_up(bytes, chorus__conn_shm_slot_bytes(t)), 2.0 * (double)bytes);
 }
 
 static chorus_status_t init(chorus_task_t* t) {

@@ -26,9 +26,8 @@ static int supported(const chorus_task_t* t) {
 }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  (void)cx;
   size_t block = t->args.count, chunk = chunk_elems(t);
-  return chorus__shm_cost_us(2, chorus__div_up(block, chunk ? chunk : 1),
+  return chorus__shm_cost_us(cx, 2, chorus__div_up(block, chunk ? chunk : 1),
                              3.0 * (double)(block * t->dtype_size * (size_t)t->nranks));
 }
 
