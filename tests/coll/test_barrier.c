@@ -93,3 +93,19 @@ TEST(n4) { run_barrier(4); }
 TEST_EX(n5, 60, "full") { run_barrier(5); }
 TEST_EX(n8, 60, "full") { run_barrier(8); }
 TEST(tcp_n3) { run_barrier_tcp(3); }
+
+/* On emulated hosts (shared memory inside a host, TCP between), where the two-level barrier
+ * runs: nobody leaves a round before the late rank of another host entered it. */
+static void run_barrier_hosts(int nranks, const int* host_of) {
+  ranks_set_hosts(nranks, host_of);
+  run_barrier(nranks);
+  ranks_set_hosts(0, NULL);
+}
+
+static const int k2x2_rr[] = {0, 1, 0, 1};
+static const int k4x2_rr[] = {0, 1, 2, 3, 0, 1, 2, 3};
+static const int k3p1[] = {0, 0, 1, 0};
+
+TEST(hosts_2x2_rr) { run_barrier_hosts(4, k2x2_rr); }
+TEST(hosts_3p1) { run_barrier_hosts(4, k3p1); }
+TEST_EX(hosts_4x2_rr, 60, "full") { run_barrier_hosts(8, k4x2_rr); }
