@@ -120,8 +120,8 @@ void chorus__hier_pipe_free(chorus_hier_pipe_t* p) {
 }
 
 size_t chorus__hier_pipe_elems(size_t count, size_t elem_bytes, int L, size_t unit_bytes) {
-  size_t total = count * elem_bytes, per_rank = total / (size_t)L / 8;
-  if (per_rank < unit_bytes / 4) per_rank = unit_bytes / 4;
+  size_t total = count * elem_bytes, per_rank = total / (size_t)L / 4;
+  if (per_rank < unit_bytes) per_rank = unit_bytes;
   if (per_rank > unit_bytes * 32) per_rank = unit_bytes * 32;
   size_t elems = per_rank * (size_t)L / elem_bytes;
   return elems ? elems : 1;
