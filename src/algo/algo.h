@@ -51,6 +51,10 @@ typedef struct {
  * algorithms price each phase with its own level. */
 typedef struct chorus_cost_ctx_s {
   chorus_link_model_t intra, inter, flat;
+  /* Vector bytes a reduction kernel combines per microsecond (out of cache). Algorithms that
+   * reduce a whole message only after it arrived pay it on top of the transfer; pipelined ones
+   * overlap it. */
+  double reduce_bytes_per_us;
   int nhosts;
   int max_local; /* ranks on the most populated host */
   int uniform;   /* every host has max_local ranks */

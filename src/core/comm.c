@@ -193,6 +193,8 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
    * network between hosts. The cost model only ranks algorithms. */
   comm->cost.intra = (chorus_link_model_t){15.0, 2000.0};
   comm->cost.inter = (chorus_link_model_t){50.0, 1000.0};
+  /* chorus-reduce-bench, float32 a += b at 16 MiB: 18.2 GB/s over three streams. */
+  comm->cost.reduce_bytes_per_us = 6000.0;
   return CHORUS_OK;
 }
 

@@ -93,9 +93,9 @@ static void hier_fini(chorus_task_t* t) {
 static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double seg_bytes) {
   if (t->sub_algo && t->sub_algo[0]) return chorus__hier_ar_engine(t->sub_algo);
   const chorus_ar_engine_t* best = chorus__hier_ar_engines[0];
-  double best_us = best->cost_us(seg_bytes, cx->nhosts, &cx->inter);
+  double best_us = best->cost_us(seg_bytes, cx->nhosts, cx, &cx->inter);
   for (size_t i = 1; i < chorus__hier_nar_engines; i++) {
-    double us = chorus__hier_ar_engines[i]->cost_us(seg_bytes, cx->nhosts, &cx->inter);
+    double us = chorus__hier_ar_engines[i]->cost_us(seg_bytes, cx->nhosts, cx, &cx->inter);
     if (us < best_us) {
       best_us = us;
       best = chorus__hier_ar_engines[i];
@@ -143,7 +143,7 @@ static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) 
   double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, per_chunk = bytes / chunks;
   double intra = 2.0 * (L - 1) * cx->intra.alpha_us + (L - 1.0) / L * per_chunk / cx->intra.bytes_per_us;
   const chorus_ar_engine_t* eng = pick_engine(t, cx, per_chunk / L);
-  double inter = eng ? eng->cost_us(per_chunk / L, H, &cx->inter) : 0.0;
+  double inter = eng ? eng->cost_us(per_chunk / L, H, cx, &cx->inter) : 0.0;
   return (chunks + 1.0) * (intra > inter ? intra : inter);
 }
 

@@ -17,7 +17,8 @@ static chorus_status_t ring_start(const chorus_sched_t* s, void** state) {
 }
 static chorus_status_t ring_step(chorus_task_t* t, void* state) { return chorus__ring_step(t, state); }
 static void ring_free(void* state) { chorus__ring_free(state); }
-static double ring_cost(double bytes, int n, const chorus_link_model_t* link) {
+static double ring_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link) {
+  (void)cx;
   if (n <= 1) return 0.0;
   return 2.0 * (n - 1) * link->alpha_us + 2.0 * (n - 1) / n * bytes / link->bytes_per_us;
 }
@@ -39,9 +40,9 @@ static chorus_status_t rd_start(const chorus_sched_t* s, void** state) {
 }
 static chorus_status_t rd_step(chorus_task_t* t, void* state) { return chorus__rd_allreduce_step(t, state); }
 static void rd_free(void* state) { chorus__rd_allreduce_free(state); }
-static double rd_cost(double bytes, int n, const chorus_link_model_t* link) {
+static double rd_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link) {
   int folded, k = log2_up(n, &folded);
-  return (k + 2 * folded) * (link->alpha_us + bytes / link->bytes_per_us);
+  return (k + 2 * folded) * (link->alpha_us + bytes / link->bytes_per_us + bytes / cx->reduce_bytes_per_us);
 }
 static const chorus_ar_engine_t rd_engine = {"rd", rd_start, rd_step, rd_free, rd_cost};
 
@@ -53,12 +54,13 @@ static chorus_status_t rhd_start(const chorus_sched_t* s, void** state) {
 }
 static chorus_status_t rhd_step(chorus_task_t* t, void* state) { return chorus__rhd_step(t, state); }
 static void rhd_free(void* state) { chorus__rhd_free(state); }
-static double rhd_cost(double bytes, int n, const chorus_link_model_t* link) {
+static double rhd_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link) {
   if (n <= 1) return 0.0;
   int folded, k = log2_up(n, &folded);
   if (folded) k--; /* the halving runs on the largest power of two below n */
   double p = (double)(1 << k);
-  return (2.0 * k + 2.0 * folded) * link->alpha_us + (2.0 * (p - 1.0) / p + 2.0 * folded) * bytes / link->bytes_per_us;
+  return (2.0 * k + 2.0 * folded) * link->alpha_us + (2.0 * (p - 1.0) / p + 2.0 * folded) * bytes / link->bytes_per_us +
+         ((p - 1.0) / p + folded) * bytes / cx->reduce_bytes_per_us;
 }
 static const chorus_ar_engine_t rhd_engine = {"rhd", rhd_start, rhd_step, rhd_free, rhd_cost};
 

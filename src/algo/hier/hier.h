@@ -15,7 +15,7 @@ typedef struct {
   chorus_status_t (*step)(chorus_task_t* t, void* state);
   void (*free)(void* state);
   /* Predicted time of an allreduce of `bytes` over n members on `link`. */
-  double (*cost_us)(double bytes, int n, const chorus_link_model_t* link);
+  double (*cost_us)(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link);
 } chorus_ar_engine_t;
 
 extern const chorus_ar_engine_t* const chorus__hier_ar_engines[];
