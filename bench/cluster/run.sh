@@ -60,7 +60,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
 [[ $run_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout-sec needs seconds"
-for r in $rows; do [[ " $ALL_ROWS " == *" $r "* ]] || die "unknown row '$r'"; done
+[ $line_rate = 1 ] || for r in $rows; do [[ " $ALL_ROWS " == *" $r "* ]] || die "unknown row '$r'"; done
 
 bytes_of() { # 4K -> 4096
   local v=${1%[KkMmGg]} s=${1: -1}
@@ -90,12 +90,11 @@ if [ $inner = 0 ]; then
     mpicc.openmpi -O2 -std=gnu11 -Wall -Wextra -Werror -o "$BUILD/cluster/mpi_perf_openmpi" \
       "$REPO/bench/compare/mpi_perf.c" || die "building mpi_perf failed"
   fi
+  shape=(--rate "$rate")
+  [ $line_rate = 1 ] && hosts=2 ranks=1 shape=() rows="iperf3_1 iperf3_4 chorus_1 chorus_4" sizes=256M
   args=(--inner --reps "$reps" --sizes "$sizes" --rows "$rows" --hosts "$hosts" --ranks "$ranks"
     --rate "$rate" --out "$out" --timeout-sec "$run_timeout")
-  shape=(--rate "$rate")
-  if [ $line_rate = 1 ]; then
-    args+=(--line-rate); hosts=2; ranks=1; shape=()
-  fi
+  [ $line_rate = 1 ] && args+=(--line-rate)
   echo "# $(date -u '+%F %T') UTC; uptime: $(uptime)" | tee "$out/uptime.txt"
   # The whole run, bounded: every run's bound times the runs, plus set-up.
   nsz=$(wc -w <<<"$sizes"); nrows=$(wc -w <<<"$rows")
@@ -234,17 +233,17 @@ if [ $line_rate = 1 ]; then
     done
   done
   {
-    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream | / iperf3 4 streams |"
+    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams |"
     echo "|---|---|---|---|"
-    m1=$(awk -F, '$2 == "iperf3_1" { print $3 }' "$csv" | median)
-    m4=$(awk -F, '$2 == "iperf3_4" { print $3 }' "$csv" | median)
     for c in iperf3_1 iperf3_4 chorus_1 chorus_4; do
       m=$(awk -F, -v c=$c '$2 == c { print $3 }' "$csv" | median) || m=""
       [ -n "$m" ] || { echo "| $c | failed | | |"; continue; }
-      # per-rep same-run ratio medians would need pairing; ratios of medians here
-      awk -v c="$c" -v m="$m" -v a="$m1" -v d="$m4" 'BEGIN {
+      # same-run ratios: this contender over iperf3 in the same repetition, median over them
+      r1=$(awk -F, -v c=$c '$2 == "iperf3_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
+      r4=$(awk -F, -v c=$c '$2 == "iperf3_4" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
+      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" 'BEGIN {
         name = c; sub("iperf3_", "iperf3, streams ", name); sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
-        printf "| %s | %.2f | %.2fx | %.2fx |\n", name, m, m / a, m / d }'
+        printf "| %s | %.2f | %.2fx | %.2fx |\n", name, m, a, d }'
     done
   } >"$out/table.md"
   exit 0
