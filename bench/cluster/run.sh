@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# run.sh - the emulated-cluster headline table: a float32 sum allreduce on H hosts x L ranks
+# (network namespaces on a bridge, every host link shaped with tc tbf, scripts/cluster.sh) for
+# Chorus's algorithms and numberings and for Open MPI over TCP, alternating the contenders
+# within each repetition (A, B, C, ..., A, B, C, ...), with medians and the bytes that crossed
+# the host links per call. Needs root and iproute2; installs openmpi-bin/libopenmpi-dev (and
+# iperf3 for --line-rate) with apt-get unless --no-install.
+#
+# Usage: bench/cluster/run.sh [options]
+#   --reps N          repetitions (each runs every row at every size once) [3]
+#   --sizes "..."     message sizes, bytes with K/M suffixes [4K 1M 64M]
+#   --rows "..."      rows, of: naive ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best
+#                     [all of them]
+#   --hosts H         [4]
+#   --ranks L         ranks per host [2]
+#   --rate RATE       tc tbf rate of every host link, each way [2gbit]
+#   --out DIR         raw outputs, samples.csv, table.md [/tmp/chorus-cluster]
+#   --timeout-sec S   bound on each single run [300]
+#   --line-rate       instead of the table: 2 hosts x 1 rank, links unshaped; iperf3 with 1 and
+#                     4 streams against chorus-perf allreduce 256 MiB with CHORUS_NSOCKS_PER_PEER
+#                     1 and 4, alternating (--reps, --timeout-sec apply)
+#   --no-install      do not apt-get install missing packages (missing contenders are skipped)
+#   -h, --help        this text
+# ompi_best: before the repetitions, each of coll_tuned_allreduce_algorithm 1..6 runs once at
+# the largest size; the fastest is the row (its number is printed in the table).
+# Bytes per call: the sum over hosts of eth0's tx_bytes (read in each host's namespace before
+# and after a run) divided by the run's calls (warm-up + timed + the one checked call); it
+# includes the run's bootstrap and connection set-up and the link-level headers.
+set -u -o pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BUILD=${CHORUS_CLUSTER_BUILD_DIR:-$REPO/build}
+ALL_ROWS="naive ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best"
+SUBNET=198.18.0
+
+reps=3 sizes="4K 1M 64M" rows=$ALL_ROWS hosts=4 ranks=2 rate=2gbit out=/tmp/chorus-cluster
+run_timeout=300 line_rate=0 install=1 inner=0
+
+usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
+die() { echo "run.sh: $*" >&2; exit 2; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --reps) reps=${2:?}; shift ;;
+    --sizes) sizes=${2:?}; shift ;;
+    --rows) rows=${2:?}; shift ;;
+    --hosts) hosts=${2:?}; shift ;;
+    --ranks) ranks=${2:?}; shift ;;
+    --rate) rate=${2:?}; shift ;;
+    --out) out=${2:?}; shift ;;
+    --timeout-sec) run_timeout=${2:?}; shift ;;
+    --line-rate) line_rate=1 ;;
+    --no-install) install=0 ;;
+    --inner) inner=1 ;; # internal: we run inside the switch namespace of scripts/cluster.sh
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown option '$1'" ;;
+  esac
+  shift
+done
+[[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
+[[ $run_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout-sec needs seconds"
+[ $line_rate = 1 ] || for r in $rows; do [[ " $ALL_ROWS " == *" $r "* ]] || die "unknown row '$r'"; done
+
+bytes_of() { # 4K -> 4096
+  local v=${1%[KkMmGg]} s=${1: -1}
+  case $s in K | k) echo $((v << 10)) ;; M | m) echo $((v << 20)) ;; G | g) echo $((v << 30)) ;; *) echo "$1" ;; esac
+}
+
+# ---- outer: set-up, then the same script inside the cluster's switch namespace ----
+if [ $inner = 0 ]; then
+  [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
+  mkdir -p "$out/raw" || exit 1
+  if [ $install = 1 ]; then
+    missing=()
+    command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
+    [ $line_rate = 1 ] && ! command -v iperf3 >/dev/null && missing+=(iperf3)
+    if [ ${#missing[@]} -gt 0 ]; then
+      timeout 300 apt-get update -q >&2 || echo "run.sh: apt-get update failed" >&2
+      DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q "${missing[@]}" >&2 ||
+        echo "run.sh: apt-get install failed; contenders that are still missing are skipped" >&2
+    fi
+  fi
+  if [ ! -x "$BUILD/chorus-perf" ] || [ ! -x "$BUILD/chorus-run" ]; then
+    { cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+      nice cmake --build "$BUILD" -j2 --target chorus-run chorus-perf >/dev/null; } || die "building Chorus failed"
+  fi
+  mkdir -p "$BUILD/cluster"
+  if command -v mpicc.openmpi >/dev/null; then
+    mpicc.openmpi -O2 -std=gnu11 -Wall -Wextra -Werror -o "$BUILD/cluster/mpi_perf_openmpi" \
+      "$REPO/bench/compare/mpi_perf.c" || die "building mpi_perf failed"
+  fi
+  shape=(--rate "$rate")
+  [ $line_rate = 1 ] && hosts=2 ranks=1 shape=() rows="iperf3_1 iperf3_4 chorus_1 chorus_4" sizes=256M
+  args=(--inner --reps "$reps" --sizes "$sizes" --rows "$rows" --hosts "$hosts" --ranks "$ranks"
+    --rate "$rate" --out "$out" --timeout-sec "$run_timeout")
+  [ $line_rate = 1 ] && args+=(--line-rate)
+  echo "# $(date -u '+%F %T') UTC; uptime: $(uptime)" | tee "$out/uptime.txt"
+  # The whole run, bounded: every run's bound times the runs, plus set-up.
+  nsz=$(wc -w <<<"$sizes"); nrows=$(wc -w <<<"$rows")
+  total=$(((reps * nsz * nrows + 12) * run_timeout + 120))
+  "$REPO/scripts/cluster.sh" -H "$hosts" -n "$ranks" "${shape[@]}" --timeout "$total" \
+    --switch-cmd -- "$HERE/run.sh" "${args[@]}"
+  rc=$?
+  echo "# done $(date -u '+%F %T') UTC; uptime: $(uptime)" | tee -a "$out/uptime.txt"
+  [ -f "$out/table.md" ] && cat "$out/table.md"
+  exit $rc
+fi
+
+# ---- inner: in the switch namespace; CLUSTER_HOST_NS names the hosts' namespaces ----
+read -r -a NS <<<"${CLUSTER_HOST_NS:?not inside scripts/cluster.sh --switch-cmd}"
+nranks=$((hosts * ranks))
+port=29600
+run_id=0
+SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+
+tx_sum() { # bytes sent on eth0 by every host so far
+  local s=0 n v
+  for n in "${NS[@]}"; do
+    v=$(ip netns exec "$n" cat /sys/class/net/eth0/statistics/tx_bytes) || return 1
+    s=$((s + v))
+  done
+  echo $s
+}
+
+iters_for() { # "-n N -w W" by size: enough calls for a stable time, bounded run length
+  local b=$1
+  if ((b <= 65536)); then echo "200 20"
+  elif ((b <= 4194304)); then echo "20 5"
+  else echo "3 1"; fi
+}
+
+# chorus_run LOG NUMBERING ENVVAR=VAL... -- perf args: one chorus-run per host, all bounded.
+chorus_run() {
+  local log=$1 numbering=$2 i pids=() rc=0 envs=()
+  shift 2
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  port=$((port + 2))
+  for ((i = 0; i < hosts; i++)); do
+    ip netns exec "${NS[$i]}" env CHORUS_HOST_ID="host$i" CHORUS_SECRET="$SECRET" "${envs[@]}" \
+      timeout -k 5 "$run_timeout" "$BUILD/chorus-run" --timeout "$run_timeout" --nnodes "$hosts" \
+      --node-rank "$i" --master-addr "$SUBNET.1" --master-port "$port" --numbering "$numbering" \
+      -n "$ranks" "$BUILD/chorus-perf" "$@" >"$log.host$i" 2>&1 </dev/null &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  cp "$log.host0" "$log"
+  return $rc
+}
+
+WRAP=$out/netns-wrap.sh
+{ echo '#!/bin/bash'
+  echo "# rank r runs in host r / $ranks's namespace (ranks numbered by host)"
+  echo "ns=(${NS[*]})"
+  echo "exec ip netns exec \"\${ns[\$((OMPI_COMM_WORLD_RANK / $ranks))]}\" \"\$@\""
+} >"$WRAP"
+chmod +x "$WRAP"
+
+mpi_run() { # LOG ALG(0: default) -- perf args
+  local log=$1 alg=$2 dyn=()
+  shift 3
+  [ "$alg" = 0 ] || dyn=(--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm "$alg")
+  PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$SUBNET.0/24 \
+    timeout -k 5 "$run_timeout" mpirun.openmpi --allow-run-as-root --oversubscribe -n "$nranks" \
+    --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24" \
+    --mca mpi_yield_when_idle 1 "${dyn[@]}" "$WRAP" "$BUILD/cluster/mpi_perf_openmpi" "$@" \
+    >"$log" 2>&1 </dev/null
+}
+
+# time_of LOG BYTES: the time(us) column of the row of that size
+time_of() { awk -v b="$2" '$1 == b && $NF == 0 { print $6; f = 1 } END { exit !f }' "$1"; }
+
+have_mpi=0
+[ -x "$BUILD/cluster/mpi_perf_openmpi" ] && command -v mpirun.openmpi >/dev/null && have_mpi=1
+
+# one_run ROW BYTES LOG: runs it; prints "time_us bytes_per_call" or fails
+ompi_best_alg=""
+one_run() {
+  local row=$1 b=$2 log=$3 it wu t0 t1 t calls
+  read -r it wu < <(iters_for "$b")
+  local perf=(allreduce -b "$b" -e "$b" -n "$it" -w "$wu" -c 1 -d float32)
+  calls=$((it + wu + 1))
+  [[ $row == setup_* ]] && b=4 calls=1
+  t0=$(tx_sum) || return 1
+  case $row in
+    naive | ring | dbtree | rhd | hier) chorus_run "$log" host -- "${perf[@]}" -a "$row" ;;
+    ring_rr) chorus_run "$log" rr -- "${perf[@]}" -a ring ;;
+    auto) chorus_run "$log" host -- "${perf[@]}" ;;
+    auto_rr) chorus_run "$log" rr -- "${perf[@]}" ;;
+    ompi) mpi_run "$log" 0 -- "${perf[@]}" ;;
+    ompi_best) mpi_run "$log" "$ompi_best_alg" -- "${perf[@]}" ;;
+    ompi_alg*) mpi_run "$log" "${row#ompi_alg}" -- "${perf[@]}" ;;
+    setup_chorus) chorus_run "$log" host -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 -a ring ;;
+    setup_chorus_rr) chorus_run "$log" rr -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 -a ring ;;
+    setup_ompi) mpi_run "$log" 0 -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 ;;
+  esac || { echo "run.sh: $row at $b B failed (log $log)" >&2; return 1; }
+  t1=$(tx_sum) || return 1
+  t=$(time_of "$log" "$b") || { echo "run.sh: no row for $b B in $log" >&2; return 1; }
+  local algo
+  algo=$(awk -v b="$2" '$1 == b { print $5 }' "$log")
+  echo "$t $(((t1 - t0) / calls)) $algo"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# ---- --line-rate: 2 hosts x 1 rank, unshaped: iperf3 against chorus-perf at 256 MiB ----
+if [ $line_rate = 1 ]; then
+  csv=$out/line-rate.csv
+  echo "rep,contender,gbit_per_s" >"$csv"
+  b=$((256 << 20))
+  for ((rep = 1; rep <= reps; rep++)); do
+    for c in iperf3_1 iperf3_4 chorus_1 chorus_4; do
+      log=$out/raw/line.$c.rep$rep.log
+      case $c in
+        iperf3_*)
+          ip netns exec "${NS[0]}" timeout -k 2 60 iperf3 -s -1 -p 5201 >"$log.server" 2>&1 &
+          spid=$!
+          sleep 0.5
+          ip netns exec "${NS[1]}" timeout -k 2 60 iperf3 -c "$SUBNET.1" -p 5201 -t 5 -P "${c#iperf3_}" -J >"$log" 2>&1
+          wait $spid
+          # receiver's rate, bits/s
+          v=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e9)' "$log") || v=""
+          ;;
+        chorus_*)
+          chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#chorus_}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
+          # busbw (GB/s) as Gbit/s: comparable with iperf3's per-direction rate
+          v=$(awk -v b="$b" '$1 == b && $NF == 0 { print $8 * 8 }' "$log")
+          ;;
+      esac
+      [ -n "$v" ] && echo "$rep,$c,$v" >>"$csv"
+      echo "rep $rep $c: ${v:-failed} Gbit/s" >&2
+    done
+  done
+  {
+    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams |"
+    echo "|---|---|---|---|"
+    for c in iperf3_1 iperf3_4 chorus_1 chorus_4; do
+      m=$(awk -F, -v c=$c '$2 == c { print $3 }' "$csv" | median) || m=""
+      [ -n "$m" ] || { echo "| $c | failed | | |"; continue; }
+      # same-run ratios: this contender over iperf3 in the same repetition, median over them
+      r1=$(awk -F, -v c=$c '$2 == "iperf3_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
+      r4=$(awk -F, -v c=$c '$2 == "iperf3_4" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
+      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" 'BEGIN {
+        name = c; sub("iperf3_", "iperf3, streams ", name); sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
+        printf "| %s | %.2f | %.2fx | %.2fx |\n", name, m, a, d }'
+    done
+  } >"$out/table.md"
+  exit 0
+fi
+
+# ---- the table ----
+csv=$out/samples.csv
+echo "rep,row,bytes,time_us,bytes_per_call,algo,net_bytes_per_call" >"$csv"
+declare -A setup_bytes=()
+maxb=0
+for s in $sizes; do b=$(bytes_of "$s"); ((b > maxb)) && maxb=$b; done
+
+if [[ " $rows " == *" ompi_best "* ]]; then
+  if [ $have_mpi = 1 ]; then
+    best="" bestt=""
+    for alg in 1 2 3 4 5 6; do
+      log=$out/raw/ompi_alg$alg.$maxb.log
+      if r=$(one_run "ompi_alg$alg" "$maxb" "$log"); then
+        t=${r%% *}
+        echo "coll_tuned_allreduce_algorithm $alg at $maxb B: $t us" | tee -a "$out/ompi_algs.txt" >&2
+        if [ -z "$bestt" ] || awk -v a="$t" -v b="$bestt" 'BEGIN { exit !(a < b) }'; then best=$alg bestt=$t; fi
+      else
+        echo "coll_tuned_allreduce_algorithm $alg at $maxb B: failed" | tee -a "$out/ompi_algs.txt" >&2
+      fi
+    done
+    ompi_best_alg=$best
+    echo "ompi_best: algorithm ${best:-none}" >&2
+    [ -n "$best" ] || rows=${rows/ompi_best/}
+  else
+    rows=${rows/ompi_best/}
+  fi
+fi
+[ $have_mpi = 1 ] || { rows=${rows/ompi/}; echo "run.sh: no Open MPI: its rows skipped" >&2; }
+
+setups="setup_chorus"
+[[ " $rows " == *" ring_rr "* || " $rows " == *" auto_rr "* ]] && setups+=" setup_chorus_rr"
+[[ " $rows " == *" ompi"* ]] && setups+=" setup_ompi"
+setup_of() { case $1 in ompi*) echo setup_ompi ;; *_rr) echo setup_chorus_rr ;; *) echo setup_chorus ;; esac; }
+for ((rep = 1; rep <= reps; rep++)); do
+  for row in $setups; do # a 4-byte run of one call: what set-up alone sends
+    log=$out/raw/$row.rep$rep.log
+    if r=$(one_run "$row" 4 "$log"); then
+      read -r t bpc algo <<<"$r"
+      echo "$rep,$row,0,$t,$bpc,$algo,$bpc" >>"$csv"
+      setup_bytes[$row]=$bpc
+      echo "rep $rep $row: $bpc B sent on host links" >&2
+    fi
+  done
+  for s in $sizes; do
+    b=$(bytes_of "$s")
+    for row in $rows; do
+      log=$out/raw/$row.$b.rep$rep.log
+      if r=$(one_run "$row" "$b" "$log"); then
+        read -r t bpc algo <<<"$r"
+        read -r it wu < <(iters_for "$b")
+        su=${setup_bytes[$(setup_of "$row")]:-0}
+        net=$(((bpc * (it + wu + 1) - su) / (it + wu + 1)))
+        echo "$rep,$row,$b,$t,$bpc,$algo,$net" >>"$csv"
+        echo "rep $rep $s $row: $t us, $bpc B/call sent on host links ($algo)" >&2
+      fi
+    done
+  done
+done
+
+# ---- what the automatic rows chose: one untimed call per size with the tune log on ----
+choices=$out/auto-choices.txt
+: >"$choices"
+for row in auto auto_rr; do
+  [[ " $rows " == *" $row "* ]] || continue
+  numbering=host; [ $row = auto_rr ] && numbering=rr
+  for s in $sizes; do
+    b=$(bytes_of "$s")
+    log=$out/raw/$row.$b.choice.log
+    chorus_run "$log" $numbering CHORUS_LOG_LEVEL=debug CHORUS_LOG_SUBSYS=tune -- \
+      allreduce -b "$b" -e "$b" -n 1 -w 0 -c 0 -d float32 >/dev/null 2>&1
+    c=$(grep -h "allreduce of" "$log".host* | head -1 | sed 's/.*allreduce of/allreduce of/')
+    l=$(grep -h "links (" "$log".host* | head -1 | sed 's/.*links (/links (/')
+    echo "- $row at $s: ${c:-not logged}; ${l:-}" >>"$choices"
+  done
+done
+
+# ---- table.md: medians; busbw = algbw * 2(n-1)/n; limits at rate B ----
+rate_bps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /[gG]bit$/) v *= 1e9; else if (r ~ /[mM]bit$/) v *= 1e6; else if (r ~ /[kK]bit$/) v *= 1e3; print v / 8 }')
+{
+  echo "$hosts hosts x $ranks ranks, host links tc tbf $rate each way, float32 sum allreduce;"
+  echo "medians of $reps repetitions, rows alternated within each repetition; B = $rate_bps B/s."
+  [ -n "$ompi_best_alg" ] && echo "ompi_best = coll_tuned_allreduce_algorithm $ompi_best_alg (fastest of 1..6 at $maxb B, one run each: $out/ompi_algs.txt)."
+  echo
+  printf '| row |'
+  for s in $sizes; do printf ' %s time (ms) | algbw | busbw (GB/s) | sent/call, B (x S) |' "$s"; done
+  echo
+  printf '|---|'; for s in $sizes; do printf -- '---|---|---|---|'; done; echo
+  for row in $rows; do
+    printf '| %s |' "$row"
+    for s in $sizes; do
+      b=$(bytes_of "$s")
+      t=$(awk -F, -v r="$row" -v b="$b" '$2 == r && $3 == b { print $4 }' "$csv" | median) || t=""
+      x=$(awk -F, -v r="$row" -v b="$b" '$2 == r && $3 == b { print $7 }' "$csv" | median) || x=""
+      if [ -z "$t" ]; then printf ' - | - | - | - |'; continue; fi
+      awk -v t="$t" -v b="$b" -v n="$nranks" -v x="$x" 'BEGIN {
+        a = b / (t * 1e-6) / 1e9
+        printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t / 1e3, a, a * 2 * (n - 1) / n, x, x / b }'
+    done
+    echo
+  done
+  printf '| limit: any algorithm, 2(H-1)/H S/B |'
+  for s in $sizes; do
+    b=$(bytes_of "$s")
+    awk -v b="$b" -v h="$hosts" -v n="$nranks" -v B="$rate_bps" 'BEGIN {
+      t = 2 * (h - 1) / h * b / B; a = b / t / 1e9
+      printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t * 1e3, a, a * 2 * (n - 1) / n, 2 * (h - 1) * b, 2 * (h - 1) }'
+  done
+  echo
+  printf '| limit: flat ring over n ranks, 2(n-1)/n S/B |'
+  for s in $sizes; do
+    b=$(bytes_of "$s")
+    awk -v b="$b" -v h="$hosts" -v n="$nranks" -v B="$rate_bps" 'BEGIN {
+      t = 2 * (n - 1) / n * b / B; a = b / t / 1e9
+      printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t * 1e3, a, a * 2 * (n - 1) / n, h * 2 * (n - 1) / n * b, h * 2 * (n - 1) / n }'
+  done
+  echo
+  echo
+  echo "What the automatic rows chose (rank 0's tune log, one extra untimed call per size):"
+  cat "$choices"
+  echo "Set-up alone (a run of one 4-byte call; subtracted above), bytes sent on host links, median:"
+  for row in $setups; do
+    echo "- $row: $(awk -F, -v r="$row" '$2 == r { print $5 }' "$csv" | median)"
+  done
+  echo
+  echo "Same-run ratios (median over repetitions of time(row) / time(hier) in the same repetition):"
+  printf '| row |'; for s in $sizes; do printf ' %s |' "$s"; done; echo
+  printf '|---|'; for s in $sizes; do printf -- '---|'; done; echo
+  for row in $rows; do
+    printf '| %s |' "$row"
+    for s in $sizes; do
+      b=$(bytes_of "$s")
+      v=$(awk -F, -v r="$row" -v b="$b" '$3 == b && $2 == "hier" { h[$1] = $4 } $3 == b && $2 == r { t[$1] = $4 }
+        END { for (k in t) if (k in h) print t[k] / h[k] }' "$csv" | median) || v=""
+      [ -n "$v" ] && printf ' %.2f |' "$v" || printf ' - |'
+    done
+    echo
+  done
+} >"$out/table.md"
+exit 0
