@@ -51,6 +51,10 @@ typedef struct {
  * algorithms price each phase with its own level. */
 typedef struct chorus_cost_ctx_s {
   chorus_link_model_t intra, inter, flat;
+  /* What a flat algorithm whose every rank talks across hosts at once sees (rd, rhd, direct,
+   * dbtree, bruck, ...): the L ranks of a host share its link, so each gets 1/L of it. A
+   * host-ordered ring crosses with one rank per host and sees `flat`. */
+  chorus_link_model_t spread;
   /* Vector bytes a reduction kernel combines per microsecond (out of cache). Algorithms that
    * reduce a whole message only after it arrived pay it on top of the transfer; pipelined ones
    * overlap it. */

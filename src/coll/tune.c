@@ -174,6 +174,8 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTER, "CHORUS_LINK_INTER", &comm->cost.inter);
   if (st < 0) return st;
   comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
+  comm->cost.spread = comm->cost.flat;
+  if (comm->topo.nhosts > 1 && comm->topo.max_local > 1) comm->cost.spread.bytes_per_us /= comm->topo.max_local;
   CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us", source,
           comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us, comm->cost.inter.alpha_us,
           comm->cost.inter.bytes_per_us);

@@ -265,6 +265,7 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   comm->cost.max_local = comm->topo.max_local;
   comm->cost.uniform = comm->topo.uniform;
   comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
+  comm->cost.spread = comm->cost.flat; /* until tune.c divides it */
   /* More ranks than CPUs on this host: a waiting rank may hold the core of the rank it waits
    * for, so it yields from its first idle polls on instead of busy-polling first. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);

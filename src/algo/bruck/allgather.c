@@ -96,7 +96,7 @@ static void bruck_allgather_fini(chorus_task_t* t) {
 static double bruck_allgather_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (t->nranks <= 1) return 0.0;
   double n = t->nranks, block = (double)t->args.count * (double)t->dtype_size;
-  return chorus__ceil_log2(t->nranks) * cx->flat.alpha_us + (n - 1.0) * block / cx->flat.bytes_per_us;
+  return chorus__ceil_log2(t->nranks) * cx->spread.alpha_us + (n - 1.0) * block / cx->spread.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_bruck_allgather = {

@@ -137,7 +137,7 @@ static void bruck_alltoall_fini(chorus_task_t* t) {
 static double bruck_alltoall_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (t->nranks <= 1) return 0.0;
   double rounds = chorus__ceil_log2(t->nranks), block = (double)t->args.count * (double)t->dtype_size;
-  return rounds * cx->flat.alpha_us + rounds * (double)(t->nranks / 2) * block / cx->flat.bytes_per_us;
+  return rounds * cx->spread.alpha_us + rounds * (double)(t->nranks / 2) * block / cx->spread.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_bruck_alltoall = {

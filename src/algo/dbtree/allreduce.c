@@ -320,7 +320,7 @@ static double dbtree_allreduce_cost_us(const chorus_task_t* t, const chorus_cost
   double bytes = (double)t->args.count * (double)t->dtype_size;
   double chunk = (double)(chorus__chunk_elems(t) * t->dtype_size);
   double k = bytes / 2.0 > chunk ? bytes / 2.0 / chunk : 1.0, piece = bytes / 2.0 / k;
-  return 2.0 * (depth + k) * cx->flat.alpha_us + (2.0 * depth * piece + 2.0 * bytes) / cx->flat.bytes_per_us;
+  return 2.0 * (depth + k) * cx->spread.alpha_us + (2.0 * depth * piece + 2.0 * bytes) / cx->spread.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_dbtree_allreduce = {

@@ -170,7 +170,7 @@ static double direct_allreduce_cost_us(const chorus_task_t* t, const chorus_cost
   size_t chunk_elems = t->dtype_size ? t->chunk_bytes / t->dtype_size : 1;
   double steps = (double)chorus__div_up(chorus__div_up(t->args.count ? t->args.count : 1, chunk_elems ? chunk_elems : 1),
                                         CHORUS_DIRECT_WINDOW);
-  return steps * (n - 1.0) * cx->flat.alpha_us + (n - 1.0) * bytes / cx->flat.bytes_per_us +
+  return steps * (n - 1.0) * cx->spread.alpha_us + (n - 1.0) * bytes / cx->spread.bytes_per_us +
          (n - 1.0) * bytes / cx->reduce_bytes_per_us;
 }
 

@@ -19,13 +19,16 @@
  * Bitwise identical on every rank: each segment is summed inside each host in ring order, then
  * across hosts by the inter engine (identical on all rail members), then copied.
  *
- * Cost (alpha-beta, S = N bytes, intra link a1/b1, inter a2/b2, C chunks):
- *   T ~ (C + 1) * max(2(L-1) a1 + (L-1)/L S/C / b1, T_inter(S/(L C))) with T_inter the engine's.
+ * Cost (alpha-beta, S = N bytes, intra link a1/b1, inter a2/b2, C chunks): with
+ *   T1 = 2(L-1) a1 + 2(L-1)/L S/C / b1 (a chunk's reduce-scatter and allgather in the host) and
+ *   T2 = the engine's allreduce of S/(L C) over H members on a2, b2/L (the L rails of a host
+ *   share its link), T ~ (C + 1) max(T1, T2).
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered (selection falls
  * back to a flat algorithm; a forced hier runs the flat ring and logs it once).
  */
 #include <float.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
@@ -89,18 +92,29 @@ static void hier_fini(chorus_task_t* t) {
   t->state = NULL;
 }
 
-/* The inter-host engine: forced by name, else the cheapest on the inter-host link. */
-static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double seg_bytes) {
-  if (t->sub_algo && t->sub_algo[0]) return chorus__hier_ar_engine(t->sub_algo);
-  const chorus_ar_engine_t* best = chorus__hier_ar_engines[0];
-  double best_us = best->cost_us(seg_bytes, cx->nhosts, cx, &cx->inter);
-  for (size_t i = 1; i < chorus__hier_nar_engines; i++) {
-    double us = chorus__hier_ar_engines[i]->cost_us(seg_bytes, cx->nhosts, cx, &cx->inter);
+/* What one rail sees of the inter-host link: the L rails of a host cross it at once, so each
+ * gets 1/L of its bandwidth (one network interface per host). */
+static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx) {
+  int L = cx->max_local > 0 ? cx->max_local : 1;
+  return (chorus_link_model_t){cx->inter.alpha_us, cx->inter.bytes_per_us / L};
+}
+
+/* The inter-host engine: forced by name, else the cheapest on a rail's share of the link. */
+static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double seg_bytes,
+                                             double* us_out) {
+  chorus_link_model_t rail = rail_link(cx);
+  const chorus_ar_engine_t* best = NULL;
+  double best_us = DBL_MAX;
+  for (size_t i = 0; i < chorus__hier_nar_engines; i++) {
+    const chorus_ar_engine_t* e = chorus__hier_ar_engines[i];
+    if (t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, e->name) != 0) continue;
+    double us = e->cost_us(seg_bytes, cx->nhosts, cx, &rail);
     if (us < best_us) {
       best_us = us;
-      best = chorus__hier_ar_engines[i];
+      best = e;
     }
   }
+  if (us_out) *us_out = best_us;
   return best;
 }
 
@@ -116,7 +130,7 @@ static chorus_status_t hier_init(chorus_task_t* t) {
   } else {
     h->at = chorus__hier_place(t);
     h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
-    h->eng = pick_engine(t, t->cost, (double)(h->pipe_elems * h->whole.elem_bytes) / h->at.L);
+    h->eng = pick_engine(t, t->cost, (double)(h->pipe_elems * h->whole.elem_bytes) / h->at.L, NULL);
     if (!h->eng) st = CHORUS_ERR_NOT_SUPPORTED;
     h->pipe.nchunks = chorus__div_up(h->whole.count, h->pipe_elems);
     h->pipe.nstages = 3;
@@ -137,13 +151,18 @@ static const char* sub_name(size_t i) { return i < chorus__hier_nar_engines ? ch
  * failing; the cost keeps automatic selection to the shapes it serves. */
 static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
-  int L = cx->max_local, H = cx->nhosts;
+  int L = cx->max_local;
   double bytes = (double)t->args.count * (double)t->dtype_size;
   size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
   double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, per_chunk = bytes / chunks;
-  double intra = 2.0 * (L - 1) * cx->intra.alpha_us + (L - 1.0) / L * per_chunk / cx->intra.bytes_per_us;
-  const chorus_ar_engine_t* eng = pick_engine(t, cx, per_chunk / L);
-  double inter = eng ? eng->cost_us(per_chunk / L, H, cx, &cx->inter) : 0.0;
+  /* One chunk's intra-host reduce-scatter plus allgather, and its inter-host allreduce. The
+   * levels overlap, so the slower one sets the pace; one more chunk's worth stands for the
+   * fill and drain and for what the probe cannot see: every phase boundary is a hand-over
+   * between ranks (measured on 4 emulated hosts x 2 ranks on 2 cores, docs/cluster.md: a
+   * bound of C max + min put hier ahead of the flat ring at 1 MiB, where it took 1.7x longer). */
+  double intra = 2.0 * (L - 1) * cx->intra.alpha_us + 2.0 * (L - 1.0) / L * per_chunk / cx->intra.bytes_per_us;
+  double inter = 0.0;
+  if (!pick_engine(t, cx, per_chunk / L, &inter)) return DBL_MAX;
   return (chunks + 1.0) * (intra > inter ? intra : inter);
 }
 

@@ -100,7 +100,7 @@ static void naive_allreduce_fini(chorus_task_t* t) {
 static double naive_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double levels = chorus__ceil_log2(t->nranks);
   double bytes = (double)t->args.count * (double)t->dtype_size;
-  return 2.0 * levels * cx->flat.alpha_us + 2.0 * levels * bytes / cx->flat.bytes_per_us;
+  return 2.0 * levels * cx->spread.alpha_us + 2.0 * levels * bytes / cx->spread.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_naive_allreduce = {

@@ -151,7 +151,7 @@ nomem:
 static double pairwise_alltoall_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double n = t->nranks, block_bytes = (double)t->args.count * (double)t->dtype_size;
   if (t->nranks <= 1) return 0.0;
-  return (n - 1.0) * cx->flat.alpha_us + (n - 1.0) * block_bytes / cx->flat.bytes_per_us;
+  return (n - 1.0) * cx->spread.alpha_us + (n - 1.0) * block_bytes / cx->spread.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_pairwise_alltoall = {

@@ -154,7 +154,7 @@ static double rd_allgather_cost_us(const chorus_task_t* t, const chorus_cost_ctx
     steps += 2;
     blocks += 1 + (t->nranks - 1);
   }
-  return steps * cx->flat.alpha_us + blocks * block / cx->flat.bytes_per_us;
+  return steps * cx->spread.alpha_us + blocks * block / cx->spread.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_rd_allgather = {

@@ -169,7 +169,7 @@ static double rd_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx
   chorus__rd_shape(&sh, 0, t->nranks);
   double steps = sh.rounds + (sh.rem ? 2 : 0);
   double bytes = (double)t->args.count * (double)t->dtype_size;
-  return steps * (cx->flat.alpha_us + bytes / cx->flat.bytes_per_us + bytes / cx->reduce_bytes_per_us);
+  return steps * (cx->spread.alpha_us + bytes / cx->spread.bytes_per_us + bytes / cx->reduce_bytes_per_us);
 }
 
 const chorus_algo_t chorus__algo_rd_allreduce = {

@@ -26,8 +26,8 @@ static double rhd_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ct
   double bytes = (double)t->args.count * (double)t->dtype_size;
   double piece = (double)t->nranks * (double)chorus__chunk_elems(t) * (double)t->dtype_size;
   double pieces = bytes > piece ? bytes / piece : 1.0;
-  return pieces * (2.0 * k + 2.0 * f) * cx->flat.alpha_us +
-         (2.0 * (p - 1.0) / p + 2.0 * f) * bytes / cx->flat.bytes_per_us +
+  return pieces * (2.0 * k + 2.0 * f) * cx->spread.alpha_us +
+         (2.0 * (p - 1.0) / p + 2.0 * f) * bytes / cx->spread.bytes_per_us +
          ((p - 1.0) / p + f) * bytes / cx->reduce_bytes_per_us;
 }
 

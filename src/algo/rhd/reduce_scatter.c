@@ -25,8 +25,8 @@ static double rhd_reduce_scatter_cost_us(const chorus_task_t* t, const chorus_co
   double n = t->nranks, p = (double)(1 << k), f = t->nranks > (1 << k) ? 1.0 : 0.0;
   double block = (double)t->args.count * (double)t->dtype_size;
   double cols = (double)chorus__div_up(t->args.count ? t->args.count : 1, chorus__chunk_elems(t));
-  return cols * (k + 2.0 * f) * cx->flat.alpha_us +
-         ((p - 1.0) / p * n + f * (n + 1.0)) * block / cx->flat.bytes_per_us +
+  return cols * (k + 2.0 * f) * cx->spread.alpha_us +
+         ((p - 1.0) / p * n + f * (n + 1.0)) * block / cx->spread.bytes_per_us +
          ((p - 1.0) / p * n + f * n) * block / cx->reduce_bytes_per_us; /* each round reduces what it got */
 }
 
