@@ -29,6 +29,12 @@ typedef struct {
 } options_t;
 
 enum { BIND_AUTO, BIND_CORE, BIND_NONE };
+
+#define EXIT_USAGE 2 /* bad command line */
+
+/* Parses the command line into o (options.c); prints help and exits 0 for --help, and exits
+ * EXIT_USAGE with a sentence on bad usage. */
+void parse_options(int argc, char** argv, options_t* o);
 enum { NUMBER_HOST, NUMBER_RR };
 
 /* The job-wide rank of local rank `local` on this node: NUMBER_HOST numbers the ranks of a
