@@ -47,7 +47,11 @@ wait_survivors() {
 }
 
 # ---- 1. rank 3 never calls the allreduce of iteration SKIP_IT; rank 2 waits 60 s ----
-start_job skip 60 CHORUS_TEST_SKIP=3:$SKIP_IT CHORUS_TEST_SKIP_SEC=60
+# The flat ring, so that rank 2 has transfers pending with the other host and sees ranks 0 and
+# 1 leave. Under hier (which selection may choose here) rank 2 waits for rank 3 inside their
+# host and learns of the others' failure only at its own timeout: peers that give up do not
+# yet tell the others (no abort propagation), so a 60 s timeout would mean 60 s.
+start_job skip 60 CHORUS_ALGO=allreduce:ring CHORUS_TEST_SKIP=3:$SKIP_IT CHORUS_TEST_SKIP_SEC=60
 for _ in $(seq 300); do grep -q "skipping" "$NET_TMP/skip.3.out" 2>/dev/null && break; sleep 0.05; done
 grep -q "skipping" "$NET_TMP/skip.3.out" || fail "rank 3 never reached iteration $SKIP_IT"
 t0=$(date +%s%N)
