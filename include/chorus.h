@@ -135,11 +135,11 @@ CHORUS_API int chorus_version(void);
 
 /* Makes a new unique id. Called by one process (normally the future rank 0), which then serves
  * the bootstrap store for the ranks that join with this id; the store stops by itself once all
- * ranks have joined. Returns OK, ERR_INVALID_ARG, ERR_SYSTEM. Not collective. */
-/* The store listens on the interface named by CHORUS_SOCKET_IFNAME, else on the one that routes
- * to MASTER_ADDR when that is set, else on loopback (a single-host job). chorus_comm_init fails
- * at once, naming the cause, when a rank on another host (another host id, see host_id below)
- * is given an id whose store is on loopback. */
+ * ranks have joined. The store listens on the interface named by CHORUS_SOCKET_IFNAME, else on
+ * the one that routes to MASTER_ADDR when that is set, else on loopback (a single-host job);
+ * chorus_comm_init fails at once, naming the cause, when a rank on another host (another host
+ * id: chorus_config_t.host_id) is given an id whose store is on loopback. Returns OK,
+ * ERR_INVALID_ARG, ERR_SYSTEM. Not collective. */
 CHORUS_API chorus_status_t chorus_get_unique_id(chorus_unique_id_t* id);
 /* As chorus_get_unique_id, for ids whose ranks may be on other hosts: the store listens on the
  * interface that routes to `peer` (a host name or IPv4 address the other ranks reach too, such
