@@ -25,63 +25,63 @@ TEST_EX(allreduce_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 4,
 TEST_EX(allreduce_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_ALLREDUCE, 4, k2x2_rr); }
 TEST_EX(allreduce_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 6, k2x3_rr); }
 TEST_EX(allreduce_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 8, k4x2_rr); }
-TEST_EX(allreduce_3p1, 300, "quick") { mx_run_hosts(CH_COLL_ALLREDUCE, 4, k3p1); }
+TEST_EX(allreduce_3p1, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 4, k3p1); }
 TEST_EX(allreduce_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 6, k1p2p3); }
 
 TEST_EX(allgather_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k2x2_blocked); }
 TEST_EX(allgather_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k2x2_rr); }
 TEST_EX(allgather_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 6, k2x3_rr); }
 TEST_EX(allgather_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 8, k4x2_rr); }
-TEST_EX(allgather_3p1, 300, "quick") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k3p1); }
+TEST_EX(allgather_3p1, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k3p1); }
 TEST_EX(allgather_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 6, k1p2p3); }
 
 TEST_EX(reduce_scatter_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_blocked); }
 TEST_EX(reduce_scatter_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_rr); }
 TEST_EX(reduce_scatter_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 6, k2x3_rr); }
 TEST_EX(reduce_scatter_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 8, k4x2_rr); }
-TEST_EX(reduce_scatter_3p1, 300, "quick") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k3p1); }
+TEST_EX(reduce_scatter_3p1, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k3p1); }
 TEST_EX(reduce_scatter_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 6, k1p2p3); }
 
 TEST_EX(broadcast_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 4, k2x2_blocked); }
 TEST_EX(broadcast_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_BROADCAST, 4, k2x2_rr); }
 TEST_EX(broadcast_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 6, k2x3_rr); }
 TEST_EX(broadcast_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 8, k4x2_rr); }
-TEST_EX(broadcast_3p1, 300, "quick") { mx_run_hosts(CH_COLL_BROADCAST, 4, k3p1); }
+TEST_EX(broadcast_3p1, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 4, k3p1); }
 TEST_EX(broadcast_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 6, k1p2p3); }
 
 TEST_EX(reduce_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 4, k2x2_blocked); }
 TEST_EX(reduce_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_REDUCE, 4, k2x2_rr); }
 TEST_EX(reduce_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 6, k2x3_rr); }
 TEST_EX(reduce_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 8, k4x2_rr); }
-TEST_EX(reduce_3p1, 300, "quick") { mx_run_hosts(CH_COLL_REDUCE, 4, k3p1); }
+TEST_EX(reduce_3p1, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 4, k3p1); }
 TEST_EX(reduce_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 6, k1p2p3); }
 
 TEST_EX(alltoall_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 4, k2x2_blocked); }
 TEST_EX(alltoall_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_ALLTOALL, 4, k2x2_rr); }
 TEST_EX(alltoall_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 6, k2x3_rr); }
 TEST_EX(alltoall_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 8, k4x2_rr); }
-TEST_EX(alltoall_3p1, 300, "quick") { mx_run_hosts(CH_COLL_ALLTOALL, 4, k3p1); }
+TEST_EX(alltoall_3p1, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 4, k3p1); }
 TEST_EX(alltoall_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 6, k1p2p3); }
 
 TEST_EX(gather_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_GATHER, 4, k2x2_blocked); }
 TEST_EX(gather_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_GATHER, 4, k2x2_rr); }
 TEST_EX(gather_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_GATHER, 6, k2x3_rr); }
 TEST_EX(gather_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_GATHER, 8, k4x2_rr); }
-TEST_EX(gather_3p1, 300, "quick") { mx_run_hosts(CH_COLL_GATHER, 4, k3p1); }
+TEST_EX(gather_3p1, 300, "full") { mx_run_hosts(CH_COLL_GATHER, 4, k3p1); }
 TEST_EX(gather_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_GATHER, 6, k1p2p3); }
 
 TEST_EX(scatter_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_SCATTER, 4, k2x2_blocked); }
 TEST_EX(scatter_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_SCATTER, 4, k2x2_rr); }
 TEST_EX(scatter_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_SCATTER, 6, k2x3_rr); }
 TEST_EX(scatter_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_SCATTER, 8, k4x2_rr); }
-TEST_EX(scatter_3p1, 300, "quick") { mx_run_hosts(CH_COLL_SCATTER, 4, k3p1); }
+TEST_EX(scatter_3p1, 300, "full") { mx_run_hosts(CH_COLL_SCATTER, 4, k3p1); }
 TEST_EX(scatter_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_SCATTER, 6, k1p2p3); }
 
 TEST_EX(barrier_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 4, k2x2_blocked); }
 TEST_EX(barrier_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_BARRIER, 4, k2x2_rr); }
 TEST_EX(barrier_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k2x3_rr); }
 TEST_EX(barrier_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 8, k4x2_rr); }
-TEST_EX(barrier_3p1, 300, "quick") { mx_run_hosts(CH_COLL_BARRIER, 4, k3p1); }
+TEST_EX(barrier_3p1, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 4, k3p1); }
 TEST_EX(barrier_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k1p2p3); }
 
 /* CHORUS_ALGO routes calls by size: below 1 KiB the ring, from 1 KiB on shm, which cannot
