@@ -32,7 +32,6 @@ typedef struct {
   chorus_hier_place_t at;
   char* scratch;
   chorus_hier_pipe_t pipe;
-  chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
 } hag_t;
 
 /* The position of rail l's block h in the scratch, and in recvbuf. */
@@ -77,7 +76,6 @@ static void hag_finish(void* ctx, int stage, size_t chunk) {
 
 static chorus_status_t hag_progress(chorus_task_t* t) {
   hag_t* h = t->state;
-  if (h->flat.st) return h->flat.step(t, h->flat.st);
   return chorus__hier_pipe_step(t, &h->pipe);
 }
 
@@ -85,7 +83,6 @@ static void hag_fini(chorus_task_t* t) {
   hag_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
-    chorus__hier_run_free(&h->flat);
     free(h->scratch);
   }
   free(h);
@@ -104,7 +101,7 @@ static chorus_status_t hag_init(chorus_task_t* t) {
     CH_INFO(ALGO, t->rank, "allgather hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
     chorus_sched_t s = h->whole;
     s.block_of = s.group.ranks;
-    st = chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, &h->flat);
+    st = chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, &h->pipe.flat);
   } else {
     h->at = chorus__hier_place(t);
     size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;

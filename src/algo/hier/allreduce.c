@@ -43,7 +43,6 @@ typedef struct {
   size_t pipe_elems;
   const chorus_ar_engine_t* eng;
   chorus_hier_pipe_t pipe;
-  chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
 } hier_t;
 
 static size_t chunk_first(const hier_t* h, size_t c) { return c * h->pipe_elems; }
@@ -78,7 +77,6 @@ static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_
 
 static chorus_status_t hier_progress(chorus_task_t* t) {
   hier_t* h = t->state;
-  if (h->flat.st) return h->flat.step(t, h->flat.st);
   return chorus__hier_pipe_step(t, &h->pipe);
 }
 
@@ -86,7 +84,6 @@ static void hier_fini(chorus_task_t* t) {
   hier_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
-    chorus__hier_run_free(&h->flat);
   }
   free(h);
   t->state = NULL;
@@ -126,7 +123,7 @@ static chorus_status_t hier_init(chorus_task_t* t) {
   chorus_status_t st = CHORUS_OK;
   if (!chorus__hier_shape_ok(t)) { /* forced on a shape it cannot serve: the flat ring */
     CH_INFO(ALGO, t->rank, "allreduce hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
-    st = chorus__hier_run_ring(&h->whole, CHORUS_RING_ALLREDUCE, &h->flat);
+    st = chorus__hier_run_ring(&h->whole, CHORUS_RING_ALLREDUCE, &h->pipe.flat);
   } else {
     h->at = chorus__hier_place(t);
     h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);

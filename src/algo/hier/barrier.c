@@ -27,7 +27,6 @@ typedef struct {
   chorus_group_t host, rail;
   char in, out;
   chorus_hier_pipe_t p;
-  chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
 } hbar_t;
 
 static chorus_status_t hbar_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
@@ -53,7 +52,6 @@ static chorus_status_t hbar_start(chorus_task_t* t, void* ctx, int stage, size_t
 
 static chorus_status_t hbar_progress(chorus_task_t* t) {
   hbar_t* b = t->state;
-  if (b->flat.st) return b->flat.step(t, b->flat.st);
   return chorus__hier_pipe_step(t, &b->p);
 }
 
@@ -61,7 +59,6 @@ static void hbar_fini(chorus_task_t* t) {
   hbar_t* b = t->state;
   if (b) {
     chorus__hier_pipe_free(&b->p);
-    chorus__hier_run_free(&b->flat);
   }
   free(b);
   t->state = NULL;
@@ -82,7 +79,7 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
                             .chunk_bytes = t->chunk_bytes};
   if (!chorus__hier_shape_ok(t)) {
     CH_INFO(ALGO, t->rank, "barrier hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
-    chorus_status_t st = chorus__hier_run_ring(&b->one, CHORUS_RING_ALLREDUCE, &b->flat);
+    chorus_status_t st = chorus__hier_run_ring(&b->one, CHORUS_RING_ALLREDUCE, &b->p.flat);
     if (st < 0) hbar_fini(t);
     return st;
   }

@@ -38,7 +38,6 @@ typedef struct {
   int root_host, root_local;
   size_t pipe, nchunks;
   chorus_hier_pipe_t p;
-  chorus_hier_run_t flat; /* another shape, forced: the flat tree instead */
 } hbc_t;
 
 static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
@@ -72,7 +71,6 @@ static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t 
 
 static chorus_status_t hbc_progress(chorus_task_t* t) {
   hbc_t* h = t->state;
-  if (h->flat.st) return h->flat.step(t, h->flat.st);
   return chorus__hier_pipe_step(t, &h->p);
 }
 
@@ -80,7 +78,6 @@ static void hbc_fini(chorus_task_t* t) {
   hbc_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->p);
-    chorus__hier_run_free(&h->flat);
   }
   free(h);
   t->state = NULL;
@@ -95,7 +92,7 @@ static chorus_status_t hbc_init(chorus_task_t* t) {
   chorus_status_t st = CHORUS_OK;
   if (!chorus__hier_shape_ok(t)) {
     CH_INFO(ALGO, t->rank, "broadcast hier: hosts of unequal size (or one host, or one rank per host): flat binomial tree instead");
-    st = chorus__hier_run_bcast(&h->whole, &h->flat);
+    st = chorus__hier_run_bcast(&h->whole, &h->p.flat);
     if (st < 0) hbc_fini(t);
     return st;
   }

@@ -85,6 +85,8 @@ typedef struct {
   chorus_status_t (*start)(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run);
   void (*finish)(void* ctx, int stage, size_t chunk);
   void* ctx;
+  /* Another shape, forced: the flat engine the algorithm runs instead (step and free only it). */
+  chorus_hier_run_t flat;
   /* the driver's */
   size_t done[CHORUS_HIER_STAGES]; /* chunks finished per stage (in order) */
   chorus_hier_level_t lv[2];

@@ -104,6 +104,7 @@ static chorus_status_t drive_level(chorus_task_t* t, chorus_hier_pipe_t* p, chor
 }
 
 chorus_status_t chorus__hier_pipe_step(chorus_task_t* t, chorus_hier_pipe_t* p) {
+  if (p->flat.st) return p->flat.step(t, p->flat.st);
   int moved;
   do {
     moved = 0;
@@ -116,6 +117,7 @@ chorus_status_t chorus__hier_pipe_step(chorus_task_t* t, chorus_hier_pipe_t* p) 
 }
 
 void chorus__hier_pipe_free(chorus_hier_pipe_t* p) {
+  chorus__hier_run_free(&p->flat);
   for (int v = 0; v < 2; v++) chorus__hier_run_free(&p->lv[v].run);
 }
 

@@ -42,7 +42,6 @@ typedef struct {
   char* scratch;
   size_t pipe, nchunks;
   chorus_hier_pipe_t p;
-  chorus_hier_run_t flat; /* another shape, forced: the flat tree instead */
 } hrd_t;
 
 static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
@@ -77,7 +76,6 @@ static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t 
 
 static chorus_status_t hrd_progress(chorus_task_t* t) {
   hrd_t* h = t->state;
-  if (h->flat.st) return h->flat.step(t, h->flat.st);
   return chorus__hier_pipe_step(t, &h->p);
 }
 
@@ -85,7 +83,6 @@ static void hrd_fini(chorus_task_t* t) {
   hrd_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->p);
-    chorus__hier_run_free(&h->flat);
     free(h->scratch);
   }
   free(h);
@@ -100,7 +97,7 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
   chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
   if (!chorus__hier_shape_ok(t)) {
     CH_INFO(ALGO, t->rank, "reduce hier: hosts of unequal size (or one host, or one rank per host): flat binomial tree instead");
-    chorus_status_t st = chorus__hier_run_reduce(&h->whole, &h->flat);
+    chorus_status_t st = chorus__hier_run_reduce(&h->whole, &h->p.flat);
     if (st < 0) hrd_fini(t);
     return st;
   }

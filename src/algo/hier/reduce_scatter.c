@@ -34,7 +34,6 @@ typedef struct {
   char* packed;  /* n B: the input in rail order */
   char* reduced; /* H B: my segment reduced over the host */
   chorus_hier_pipe_t pipe;
-  chorus_hier_run_t flat; /* another shape, forced: the flat ring instead */
 } hrs_t;
 
 static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
@@ -65,7 +64,6 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
 
 static chorus_status_t hrs_progress(chorus_task_t* t) {
   hrs_t* h = t->state;
-  if (h->flat.st) return h->flat.step(t, h->flat.st);
   return chorus__hier_pipe_step(t, &h->pipe);
 }
 
@@ -73,7 +71,6 @@ static void hrs_fini(chorus_task_t* t) {
   hrs_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
-    chorus__hier_run_free(&h->flat);
     free(h->packed);
   }
   free(h);
@@ -92,7 +89,7 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
     CH_INFO(ALGO, t->rank, "reduce_scatter hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
     chorus_sched_t s = h->whole;
     s.block_of = s.group.ranks;
-    st = chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, &h->flat);
+    st = chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, &h->pipe.flat);
   } else {
     h->at = chorus__hier_place(t);
     size_t block = h->whole.count * h->whole.elem_bytes;
