@@ -203,14 +203,17 @@ CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm);
 CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* path);
 
 /* ---- registered memory ----
- * Buffers that every rank of the host can map, so same-host collectives on them copy nothing
+ * Buffers that every rank of a host can map, so same-host collectives on them copy nothing
  * into staging areas (the models are NCCL's ncclMemAlloc and HCCL's symmetric windows). */
 
-/* Allocates `bytes` of registered memory on every rank. Collective: every rank calls it with the
- * same size, in the same order. A collective whose send and receive buffers both lie in
- * registered memory on every rank takes the zero-copy path (every rank must do the same, or the
- * call fails with ERR_MISMATCH). Returns OK, ERR_INVALID_ARG, ERR_NO_MEMORY, ERR_SYSTEM,
- * ERR_NOT_SUPPORTED (ranks on several hosts), and the errors of a collective. */
+/* Allocates `bytes` of registered memory on every rank; the ranks of each host map each
+ * other's regions. Collective: every rank calls it with the same size, in the same order. A
+ * collective of a communicator on one host whose send and receive buffers lie in registered
+ * memory on every rank takes the zero-copy path (every rank must do the same, or the call fails
+ * with ERR_MISMATCH); on several hosts the memory is usable by every collective and is treated
+ * as any other buffer. Returns OK, ERR_INVALID_ARG, ERR_NO_MEMORY, ERR_SYSTEM,
+ * ERR_NOT_SUPPORTED (the ranks of some host share no memory: CHORUS_SHM_DISABLE), and the
+ * errors of a collective. */
 CHORUS_API chorus_status_t chorus_mem_alloc(chorus_comm_t* comm, size_t bytes, void** ptr);
 /* Releases memory from chorus_mem_alloc. Not collective; the memory lives on until every rank
  * has freed it (or destroyed the communicator). Returns OK or ERR_INVALID_ARG. */

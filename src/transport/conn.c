@@ -182,13 +182,23 @@ int chorus__conn_shm_avail(const chorus_task_t* t) {
   return tp->shm.base != NULL && tp->shm_all_local;
 }
 
-/* Comm ranks and local indices coincide when every rank is local (both in rank order). */
-chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int rank) {
-  return chorus__shm_ctl(&tp_of(t)->shm, rank);
+int chorus__conn_shm_host(const chorus_task_t* t, int* nlocal, int* me) {
+  const chorus_transport_t* tp = tp_of(t);
+  if (!tp->shm.base) return 0;
+  *nlocal = tp->shm.nlocal;
+  *me = tp->shm.my_local;
+  return 1;
 }
 
-char* chorus__conn_shm_slot(const chorus_task_t* t, int rank, int which) {
-  return chorus__shm_slot(&tp_of(t)->shm, rank, which);
+/* The communicator rank of local index l. */
+static int rank_of_local(const chorus_task_t* t, int local) { return tp_of(t)->local_ranks[local]; }
+
+chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int local) {
+  return chorus__shm_ctl(&tp_of(t)->shm, local);
+}
+
+char* chorus__conn_shm_slot(const chorus_task_t* t, int local, int which) {
+  return chorus__shm_slot(&tp_of(t)->shm, local, which);
 }
 
 size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t) { return tp_of(t)->shm.slot_bytes; }
@@ -210,7 +220,7 @@ void chorus__conn_shm_signal(chorus_task_t* t) {
 
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value) {
   /* Sequentially consistent: a peer about to sleep either sees it or is woken (shm.c). */
-  __atomic_store_n(&chorus__conn_shm_ctl(t, t->rank)->flag[f], value, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&chorus__conn_shm_ctl(t, tp_of(t)->shm.my_local)->flag[f], value, __ATOMIC_SEQ_CST);
   chorus__conn_shm_signal(t);
 }
 
@@ -258,7 +268,7 @@ static void describe_signature(const uint64_t* sig, char* out, size_t len) {
 
 /* 1 (and *st = ERR_MISMATCH with a sentence) when rank publishes another operation under this
  * task's sequence number. */
-static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_t* c, chorus_status_t* st) {
+static int signature_conflicts(chorus_task_t* t, int local, const chorus_shm_ctl_t* c, chorus_status_t* st) {
   const uint64_t* mine = t->sig;
   uint64_t theirs[CHORUS_SIG_WORDS];
   if (!read_signature(c, theirs) || theirs[0] != mine[0] || memcmp(mine, theirs, sizeof(theirs)) == 0) return 0;
@@ -267,27 +277,28 @@ static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_
   describe_signature(mine, b, sizeof(b));
   const char* why = theirs[3] != mine[3] ? " (or another algorithm)"
                     : (theirs[4] >> 56) != (mine[4] >> 56) ? " (registered memory on one side only)" : "";
-  snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs %s, this rank runs %s%s", rank,
-           a, b, why);
+  snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs %s, this rank runs %s%s",
+           rank_of_local(t, local), a, b, why);
   *st = CHORUS_ERR_MISMATCH;
   return 1;
 }
 
 static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen);
 
-/* The closed-peer and mismatch checks of a wait; `reached` says the awaited data is there,
- * which calls for the signature check before it is used. */
-static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* st) {
-  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+/* The closed-peer and mismatch checks of a wait on local rank `local`; `reached` says the
+ * awaited data is there, which calls for the signature check before it is used. */
+static int peer_check(chorus_task_t* t, int local, int reached, chorus_status_t* st) {
+  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, local);
   /* A peer that runs another operation under this sequence number would never publish, or
    * would publish other data: check before using its data, and now and then while waiting
    * (often enough to fail fast, rarely enough to keep polling cheap). */
-  if ((reached || (++t->polls & 63) == 0) && signature_conflicts(t, rank, c, st)) return 0;
+  if ((reached || (++t->polls & 63) == 0) && signature_conflicts(t, local, c, st)) return 0;
   if (reached) return 1;
+  int rank = rank_of_local(t, local);
   const chorus_peer_t* p = &tp_of(t)->peers[rank];
   if (p->nsocks && p->socks[0].peer_closed) {
     /* A peer that found a mismatch closes its connections: say mismatch, as it does. */
-    if (signature_conflicts(t, rank, c, st)) return 0;
+    if (signature_conflicts(t, local, c, st)) return 0;
     char* err = tp_of(t)->err;
     size_t len = (size_t)snprintf(err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a "
                                   "shared-memory %s", rank, p->host, chorus__coll_name(t->args.coll));
@@ -302,25 +313,25 @@ static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* 
   return 1;
 }
 
-int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st) {
-  int reached = __atomic_load_n(&chorus__conn_shm_ctl(t, rank)->flag[f], __ATOMIC_SEQ_CST) >= want;
-  return peer_check(t, rank, reached, st) && reached;
+int chorus__conn_shm_reached(chorus_task_t* t, int local, int f, uint64_t want, chorus_status_t* st) {
+  int reached = __atomic_load_n(&chorus__conn_shm_ctl(t, local)->flag[f], __ATOMIC_SEQ_CST) >= want;
+  return peer_check(t, local, reached, st) && reached;
 }
 
-int chorus__conn_shm_peer_ok(chorus_task_t* t, int rank, chorus_status_t* st) {
-  return peer_check(t, rank, 0, st);
+int chorus__conn_shm_peer_ok(chorus_task_t* t, int local, chorus_status_t* st) {
+  return peer_check(t, local, 0, st);
 }
 
-chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int rank) {
+chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int local) {
   chorus_status_t st = CHORUS_OK;
-  if (!signature_conflicts(t, rank, chorus__conn_shm_ctl(t, rank), &st))
+  if (!signature_conflicts(t, local, chorus__conn_shm_ctl(t, local), &st))
     snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs another operation than this rank's %s #%llu",
-             rank, chorus__coll_name(t->args.coll), (unsigned long long)t->seq);
+             rank_of_local(t, local), chorus__coll_name(t->args.coll), (unsigned long long)t->seq);
   return CHORUS_ERR_MISMATCH;
 }
 
-uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int rank, int which) {
-  return chorus__conn_shm_ctl(t, rank)->ll[which];
+uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int local, int which) {
+  return chorus__conn_shm_ctl(t, local)->ll[which];
 }
 
 uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t) { return &tp_of(t)->shm_ll_last; }
@@ -347,21 +358,21 @@ int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_byt
 }
 
 void chorus__conn_zc_publish(chorus_task_t* t) {
-  chorus_shm_ctl_t* me = chorus__conn_shm_ctl(t, t->rank);
+  chorus_shm_ctl_t* me = chorus__conn_shm_ctl(t, tp_of(t)->shm.my_local);
   for (int i = 0; i < 4; i++) __atomic_store_n(&me->zc[i], t->zc[i], __ATOMIC_RELAXED);
 }
 
-static char* zc_peer(chorus_task_t* t, int rank, int which) {
-  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+static char* zc_peer(chorus_task_t* t, int local, int which) {
+  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, local);
   uint64_t index = __atomic_load_n(&c->zc[2 * which], __ATOMIC_RELAXED);
   uint64_t off = __atomic_load_n(&c->zc[2 * which + 1], __ATOMIC_RELAXED);
   for (chorus_window_t* w = tp_of(t)->windows; w; w = w->next)
-    if (w->index == index) return (char*)w->peer_base[rank] + off;
+    if (w->index == index) return (char*)w->peer_base[local] + off;
   return NULL;
 }
 
-char* chorus__conn_zc_send(chorus_task_t* t, int rank) { return zc_peer(t, rank, 0); }
-char* chorus__conn_zc_recv(chorus_task_t* t, int rank) { return zc_peer(t, rank, 1); }
+char* chorus__conn_zc_send(chorus_task_t* t, int local) { return zc_peer(t, local, 0); }
+char* chorus__conn_zc_recv(chorus_task_t* t, int local) { return zc_peer(t, local, 1); }
 
 /* ---- verdict across hosts: status frames (frame.h) ---- */
 
@@ -570,14 +581,17 @@ static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* o
   int* kind = calloc((size_t)n, sizeof(int));
   char* set = calloc((size_t)n, 1);
   out[0] = '\0';
-  if (st && kind && set) {
-    for (int r = 0; r < n; r++) st[r].have = status_from_signature(tp, r, r, &st[r].hdr);
+  int* idx = calloc((size_t)n, sizeof(int));
+  if (st && kind && set && idx) {
+    local_indexes(t->comm, idx);
+    for (int r = 0; r < n; r++) st[r].have = status_from_signature(tp, r, idx[r], &st[r].hdr);
     verdict_in_t v = {tp, st, chorus__coll_name(t->args.coll), (unsigned long long)t->seq, 0, 0.0};
     write_verdict(&v, kind, set, skip, culprits_only, out, outlen);
   }
   free(st);
   free(kind);
   free(set);
+  free(idx);
 }
 
 void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {

@@ -33,6 +33,7 @@
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
 #include "core/log.h"
 
 enum { STAGE_RS = 0, STAGE_AR = 1, STAGE_AG = 2 };
@@ -42,6 +43,9 @@ typedef struct {
   chorus_hier_place_t at;
   size_t pipe_elems;
   const chorus_ar_engine_t* eng;
+  int shm;              /* intra-host phases by memory semantics (else ring over the shared rings) */
+  size_t* seg_first;    /* L entries each: the segments of the chunk being started */
+  size_t* seg_len;
   chorus_hier_pipe_t pipe;
 } hier_t;
 
@@ -50,15 +54,17 @@ static size_t chunk_elems(const hier_t* h, size_t c) {
   return chorus__min_sz(h->pipe_elems, h->whole.count - chunk_first(h, c));
 }
 
+/* The segment of a chunk local rank l reduces inside the host and carries over its rail. */
+static int owned_segment(const hier_t* h) { return h->shm ? h->at.l : chorus__ring_rs_owned(h->at.l, h->at.L); }
+
 static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_t c, chorus_hier_run_t* run) {
-  (void)t;
   hier_t* h = ctx;
   size_t off = chunk_first(h, c) * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
   s.tag_base = chorus__hier_tag(stage, c);
   if (stage == STAGE_AR) { /* my segment of the chunk, in place, over my rail; avg divides here */
     size_t first, len;
-    chorus__ring_segment(chunk_elems(h, c), h->at.L, chorus__ring_rs_owned(h->at.l, h->at.L), &first, &len);
+    chorus__ring_segment(chunk_elems(h, c), h->at.L, owned_segment(h), &first, &len);
     s.group = h->at.rail;
     s.recvbuf = (char*)h->whole.recvbuf + off + first * h->whole.elem_bytes;
     s.sendbuf = s.recvbuf;
@@ -72,7 +78,9 @@ static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_
   s.recvbuf = (char*)h->whole.recvbuf + off;
   s.count = chunk_elems(h, c);
   s.avg_divisor = 0; /* partial sums: the inter phase divides */
-  return chorus__hier_run_ring(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, run);
+  if (!h->shm) return chorus__hier_run_ring(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, run);
+  for (int i = 0; i < h->at.L; i++) chorus__ring_segment(s.count, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
+  return chorus__hier_run_shm(t, &s, is_rs, h->seg_first, h->seg_len, h->whole.count * h->whole.elem_bytes, run);
 }
 
 static chorus_status_t hier_progress(chorus_task_t* t) {
@@ -84,6 +92,7 @@ static void hier_fini(chorus_task_t* t) {
   hier_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
+    free(h->seg_first);
   }
   free(h);
   t->state = NULL;
@@ -129,6 +138,10 @@ static chorus_status_t hier_init(chorus_task_t* t) {
     h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
     h->eng = pick_engine(t, t->cost, (double)(h->pipe_elems * h->whole.elem_bytes) / h->at.L, NULL);
     if (!h->eng) st = CHORUS_ERR_NOT_SUPPORTED;
+    h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
+    h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
+    if (!h->seg_first) st = CHORUS_ERR_NO_MEMORY;
+    else h->seg_len = h->seg_first + h->at.L;
     h->pipe.nchunks = chorus__div_up(h->whole.count, h->pipe_elems);
     h->pipe.nstages = 3;
     h->pipe.level[STAGE_RS] = h->pipe.level[STAGE_AG] = CHORUS_HIER_INTRA;
@@ -137,6 +150,8 @@ static chorus_status_t hier_init(chorus_task_t* t) {
     h->pipe.start = start_stage;
     h->pipe.ctx = h;
     chorus__hier_pipe_setup(&h->pipe);
+    CH_DEBUG(ALGO, t->rank, "allreduce hier/%s: %zu chunks, intra-host phases %s", h->eng ? h->eng->name : "?",
+             h->pipe.nchunks, h->shm ? "by memory semantics" : "over the shared rings (no segment)");
   }
   if (st < 0) hier_fini(t);
   return st;

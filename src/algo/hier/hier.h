@@ -54,6 +54,10 @@ typedef struct {
 chorus_status_t chorus__hier_run_ring(const chorus_sched_t* s, int ring_kind, chorus_hier_run_t* run);
 chorus_status_t chorus__hier_run_bcast(const chorus_sched_t* s, chorus_hier_run_t* run);
 chorus_status_t chorus__hier_run_reduce(const chorus_sched_t* s, chorus_hier_run_t* run);
+/* The memory-semantics reduce-scatter (reduce = 1) or allgather of the pieces first/len over
+ * s->group, this host's group (algo/shm/group.h). */
+chorus_status_t chorus__hier_run_shm(chorus_task_t* t, const chorus_sched_t* s, int reduce, const size_t* first,
+                                     const size_t* len, size_t out_bytes, chorus_hier_run_t* run);
 void chorus__hier_run_free(chorus_hier_run_t* run); /* NULL-safe, idempotent */
 
 /* ---- the phase pipeline of a two-level algorithm (hier/pipe.c) ----

@@ -8,6 +8,7 @@
 #include "algo/binomial/binomial.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
 
 /* ---- engine runs ---- */
 
@@ -36,6 +37,18 @@ chorus_status_t chorus__hier_run_reduce(const chorus_sched_t* s, chorus_hier_run
   chorus_treduce_t* r = NULL;
   chorus_status_t st = chorus__binomial_reduce_start(s, &r);
   *run = (chorus_hier_run_t){reduce_step, reduce_free, r};
+  return st;
+}
+
+static chorus_status_t shm_step(chorus_task_t* t, void* st) { return chorus__shm_group_step(t, st); }
+static void shm_free(void* st) { chorus__shm_group_free(st); }
+
+chorus_status_t chorus__hier_run_shm(chorus_task_t* t, const chorus_sched_t* s, int reduce, const size_t* first,
+                                     const size_t* len, size_t out_bytes, chorus_hier_run_t* run) {
+  chorus_shm_group_t* g = NULL;
+  chorus_status_t st = reduce ? chorus__shm_group_rs_start(t, s, first, len, out_bytes, &g)
+                              : chorus__shm_group_ag_start(t, s, first, len, out_bytes, &g);
+  *run = (chorus_hier_run_t){shm_step, shm_free, g};
   return st;
 }
 
