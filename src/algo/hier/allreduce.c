@@ -34,9 +34,12 @@
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
 #include "algo/shm/group.h"
+#include "algo/shm/shm.h"
 #include "core/log.h"
 
-enum { STAGE_RS = 0, STAGE_AR = 1, STAGE_AG = 2 };
+enum { STAGE_RS = 0, STAGE_AR = 1, STAGE_AG = 2 }; /* leader mode: reduce, allreduce, broadcast */
+
+#define LEADER "leader" /* CHORUS_ALGO=allreduce:hier/leader */
 
 typedef struct {
   chorus_sched_t whole; /* the call: buffers, count, op */
@@ -44,6 +47,7 @@ typedef struct {
   size_t pipe_elems;
   const chorus_ar_engine_t* eng;
   int shm;              /* intra-host phases by memory semantics (else ring over the shared rings) */
+  int leader;           /* latency-bound: reduce to local 0, allreduce over rail 0, broadcast */
   size_t* seg_first;    /* L entries each: the segments of the chunk being started */
   size_t* seg_len;
   chorus_hier_pipe_t pipe;
@@ -57,11 +61,36 @@ static size_t chunk_elems(const hier_t* h, size_t c) {
 /* The segment of a chunk local rank l reduces inside the host and carries over its rail. */
 static int owned_segment(const hier_t* h) { return h->shm ? h->at.l : chorus__ring_rs_owned(h->at.l, h->at.L); }
 
+/* Leader mode: the chunk reduced to local index 0, allreduced over rail 0 by the local-0
+ * ranks alone (the whole link is theirs), broadcast back from local index 0. */
+static chorus_status_t start_leader_stage(chorus_task_t* t, hier_t* h, chorus_sched_t* s, int stage, size_t c,
+                                          chorus_hier_run_t* run) {
+  char* chunk = (char*)h->whole.recvbuf + chunk_first(h, c) * h->whole.elem_bytes;
+  s->count = chunk_elems(h, c);
+  s->recvbuf = chunk;
+  s->root = 0;
+  if (stage == STAGE_AR) {
+    s->group = h->at.rail;
+    s->sendbuf = chunk;
+    *run = (chorus_hier_run_t){h->eng->step, h->eng->free, NULL};
+    return h->eng->start(s, &run->st);
+  }
+  s->group = h->at.host;
+  s->avg_divisor = 0;
+  if (stage == STAGE_RS) {
+    s->sendbuf = (const char*)h->whole.sendbuf + chunk_first(h, c) * h->whole.elem_bytes;
+    return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(s, run);
+  }
+  s->sendbuf = chunk;
+  return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(s, run);
+}
+
 static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_t c, chorus_hier_run_t* run) {
   hier_t* h = ctx;
   size_t off = chunk_first(h, c) * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
   s.tag_base = chorus__hier_tag(stage, c);
+  if (h->leader) return start_leader_stage(t, h, &s, stage, c, run);
   if (stage == STAGE_AR) { /* my segment of the chunk, in place, over my rail; avg divides here */
     size_t first, len;
     chorus__ring_segment(chunk_elems(h, c), h->at.L, owned_segment(h), &first, &len);
@@ -80,7 +109,8 @@ static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_
   s.avg_divisor = 0; /* partial sums: the inter phase divides */
   if (!h->shm) return chorus__hier_run_ring(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, run);
   for (int i = 0; i < h->at.L; i++) chorus__ring_segment(s.count, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
-  return chorus__hier_run_shm(t, &s, is_rs, h->seg_first, h->seg_len, h->whole.count * h->whole.elem_bytes, run);
+  return chorus__hier_run_shm(t, &s, is_rs ? CHORUS_HIER_SHM_RS : CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len,
+                              h->whole.count * h->whole.elem_bytes, run);
 }
 
 static chorus_status_t hier_progress(chorus_task_t* t) {
@@ -105,22 +135,58 @@ static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx) {
   return (chorus_link_model_t){cx->inter.alpha_us, cx->inter.bytes_per_us / L};
 }
 
-/* The inter-host engine: forced by name, else the cheapest on a rail's share of the link. */
-static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double seg_bytes,
-                                             double* us_out) {
-  chorus_link_model_t rail = rail_link(cx);
+/* The inter-host engine for `bytes` over H members on `link`: forced by name, else the
+ * cheapest. */
+static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx,
+                                             const chorus_link_model_t* link, double bytes, double* us_out) {
   const chorus_ar_engine_t* best = NULL;
   double best_us = DBL_MAX;
   for (size_t i = 0; i < chorus__hier_nar_engines; i++) {
     const chorus_ar_engine_t* e = chorus__hier_ar_engines[i];
-    if (t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, e->name) != 0) continue;
-    double us = e->cost_us(seg_bytes, cx->nhosts, cx, &rail);
+    if (t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, LEADER) != 0 && strcmp(t->sub_algo, e->name) != 0) continue;
+    double us = e->cost_us(bytes, cx->nhosts, cx, link);
     if (us < best_us) {
       best_us = us;
       best = e;
     }
   }
-  if (us_out) *us_out = best_us;
+  *us_out = best_us;
+  return best;
+}
+
+typedef struct {
+  int leader;
+  const chorus_ar_engine_t* eng;
+  double us;
+} hier_plan_t;
+
+/* The mode and inter-host engine, and the predicted time: per chunk of S bytes (C chunks), the
+ * intra-host phases by memory semantics (shm.h's price: a flag hand-over per stage and
+ * sub-chunk of one slot, bytes at memory speed) and the inter-host allreduce, which overlap
+ * from chunk to chunk: T = intra + inter + (C - 1) max(intra, inter). Rails carry S/L each on
+ * 1/L of the link; the leader carries S on all of it, after a reduce that reads L S. A forced
+ * engine (hier/ring, hier/rhd, hier/rd) means rails; hier/leader the leader. */
+static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  int L = cx->max_local > 0 ? cx->max_local : 1;
+  double bytes = (double)t->args.count * (double)t->dtype_size;
+  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
+  double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, S = bytes / chunks;
+  size_t slot = chorus__conn_shm_slot_bytes(t), S_bytes = (size_t)S;
+  if (!slot) slot = 1;
+  const char* sub = t->sub_algo && t->sub_algo[0] ? t->sub_algo : NULL;
+  hier_plan_t best = {0, NULL, DBL_MAX};
+  for (int leader = 0; leader < 2; leader++) {
+    if (sub && (strcmp(sub, LEADER) == 0) != leader) continue;
+    chorus_link_model_t link = leader ? cx->inter : rail_link(cx);
+    double inter = 0.0;
+    size_t sub_chunks = chorus__div_up(S_bytes, slot), ag_chunks = chorus__div_up(S_bytes / (size_t)L, slot);
+    const chorus_ar_engine_t* eng = pick_engine(t, cx, &link, leader ? S : S / L, &inter);
+    if (!eng) continue;
+    double intra = leader ? chorus__shm_cost_us(cx, 2, sub_chunks, L * S) + chorus__shm_cost_us(cx, 2, sub_chunks, S)
+                          : chorus__shm_cost_us(cx, 2, sub_chunks, 2.0 * S) + chorus__shm_cost_us(cx, 2, ag_chunks, S);
+    double us = intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
+    if (us < best.us) best = (hier_plan_t){leader, eng, us};
+  }
   return best;
 }
 
@@ -136,7 +202,9 @@ static chorus_status_t hier_init(chorus_task_t* t) {
   } else {
     h->at = chorus__hier_place(t);
     h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
-    h->eng = pick_engine(t, t->cost, (double)(h->pipe_elems * h->whole.elem_bytes) / h->at.L, NULL);
+    hier_plan_t p = plan(t, t->cost);
+    h->eng = p.eng;
+    h->leader = p.leader;
     if (!h->eng) st = CHORUS_ERR_NOT_SUPPORTED;
     h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
     h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
@@ -146,36 +214,28 @@ static chorus_status_t hier_init(chorus_task_t* t) {
     h->pipe.nstages = 3;
     h->pipe.level[STAGE_RS] = h->pipe.level[STAGE_AG] = CHORUS_HIER_INTRA;
     h->pipe.level[STAGE_AR] = CHORUS_HIER_INTER;
-    h->pipe.active[STAGE_RS] = h->pipe.active[STAGE_AR] = h->pipe.active[STAGE_AG] = 1;
+    h->pipe.active[STAGE_RS] = h->pipe.active[STAGE_AG] = 1;
+    h->pipe.active[STAGE_AR] = !h->leader || h->at.l == 0;
     h->pipe.start = start_stage;
     h->pipe.ctx = h;
     chorus__hier_pipe_setup(&h->pipe);
-    CH_DEBUG(ALGO, t->rank, "allreduce hier/%s: %zu chunks, intra-host phases %s", h->eng ? h->eng->name : "?",
-             h->pipe.nchunks, h->shm ? "by memory semantics" : "over the shared rings (no segment)");
+    CH_DEBUG(ALGO, t->rank, "allreduce hier: %s, %s across hosts, %zu chunks, intra-host phases %s",
+             h->leader ? "leader (local 0 carries all)" : "rails", h->eng ? h->eng->name : "?", h->pipe.nchunks,
+             h->shm ? "by memory semantics" : "over the shared rings (no segment)");
   }
   if (st < 0) hier_fini(t);
   return st;
 }
 
-static const char* sub_name(size_t i) { return i < chorus__hier_nar_engines ? chorus__hier_ar_engines[i]->name : NULL; }
+static const char* sub_name(size_t i) {
+  return i < chorus__hier_nar_engines ? chorus__hier_ar_engines[i]->name : i == chorus__hier_nar_engines ? LEADER : NULL;
+}
 
 /* Offered on every shape, so that a forced hier on uneven hosts falls back (init) instead of
  * failing; the cost keeps automatic selection to the shapes it serves. */
 static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
-  int L = cx->max_local;
-  double bytes = (double)t->args.count * (double)t->dtype_size;
-  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
-  double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, per_chunk = bytes / chunks;
-  /* One chunk's intra-host reduce-scatter plus allgather, and its inter-host allreduce. The
-   * levels overlap, so the slower one sets the pace; one more chunk's worth stands for the
-   * fill and drain and for what the probe cannot see: every phase boundary is a hand-over
-   * between ranks (measured on 4 emulated hosts x 2 ranks on 2 cores, docs/cluster.md: a
-   * bound of C max + min put hier ahead of the flat ring at 1 MiB, where it took 1.7x longer). */
-  double intra = 2.0 * (L - 1) * cx->intra.alpha_us + 2.0 * (L - 1.0) / L * per_chunk / cx->intra.bytes_per_us;
-  double inter = 0.0;
-  if (!pick_engine(t, cx, per_chunk / L, &inter)) return DBL_MAX;
-  return (chunks + 1.0) * (intra > inter ? intra : inter);
+  return plan(t, cx).us;
 }
 
 const chorus_algo_t chorus__algo_hier_allreduce = {

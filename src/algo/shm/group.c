@@ -1,6 +1,6 @@
 /*
- * shm/group.c - the memory-semantics reduce-scatter and allgather over one host's group
- * (group.h), as engines a two-level algorithm runs as its intra-host phases.
+ * shm/group.c - the memory-semantics reduce-scatter, allgather, reduce and broadcast over one
+ * host's group (group.h), as engines a two-level algorithm runs as its intra-host phases.
  *
  * Reduce-scatter, n members, pieces of at most P elements per chunk (a slot holds n of them):
  *   1. copy-in: member r copies piece k of every other member's piece into its slot  ARRIVED
@@ -13,6 +13,9 @@
  *   1. copy-in:  member r copies piece k of its own piece into its slot             ARRIVED
  *   2. copy-out: member r copies piece k of every other member's piece out           DONE
  * Bytes per member: S/n copied in, (n-1)/n S copied out.
+ * Reduce to a root, chunks of one slot: every other member copies its chunk into its slot
+ * (S), the root combines its own with n-1 slots (n S read, S written).
+ * Broadcast from a root, chunks of one slot: the root copies in (S), the others copy out (S).
  * Cost: 2 flag waits per chunk + those bytes at memory speed (shm.h, chorus__shm_cost_us).
  * Every piece is combined by one member in a fixed order, so all members end with the same bits.
  */
@@ -22,7 +25,7 @@
 
 #include "algo/shm/shm.h"
 
-enum { GROUP_RS, GROUP_AG };
+enum { GROUP_RS, GROUP_AG, GROUP_REDUCE, GROUP_BCAST };
 
 struct chorus_shm_group {
   chorus_shm_op_t op;
@@ -33,7 +36,8 @@ struct chorus_shm_group {
   chorus_op_t redop;
   chorus_dtype_t dtype;
   int avg_divisor;
-  size_t* first; /* per member, elements */
+  int root;      /* reduce, broadcast */
+  size_t* first; /* per member, elements (reduce, broadcast: the whole buffer for everyone) */
   size_t* len;
 };
 
@@ -80,10 +84,12 @@ static chorus_status_t start(chorus_task_t* t, const chorus_sched_t* s, const si
   g->redop = s->op;
   g->dtype = s->dtype;
   g->avg_divisor = s->avg_divisor;
+  g->root = s->root;
   size_t slot = chorus__conn_shm_slot_bytes(t);
   size_t per_chunk = kind == GROUP_RS ? slot / ((size_t)n * g->es) : slot / g->es;
-  chorus_reduce_fn reduce = kind == GROUP_RS ? chorus__algo_reduce_fn(s->dtype, s->op) : NULL;
-  if (per_chunk == 0 || (kind == GROUP_RS && !reduce)) {
+  int reduces = kind == GROUP_RS || kind == GROUP_REDUCE;
+  chorus_reduce_fn reduce = reduces ? chorus__algo_reduce_fn(s->dtype, s->op) : NULL;
+  if (per_chunk == 0 || (reduces && !reduce)) {
     chorus__shm_group_free(g);
     return CHORUS_ERR_NOT_SUPPORTED;
   }
@@ -100,6 +106,24 @@ chorus_status_t chorus__shm_group_rs_start(chorus_task_t* t, const chorus_sched_
 chorus_status_t chorus__shm_group_ag_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
                                            const size_t* len, size_t out_bytes, chorus_shm_group_t** out) {
   return start(t, s, first, len, out_bytes, GROUP_AG, out);
+}
+
+/* Reduce and broadcast: every member's piece is the whole buffer. */
+static chorus_status_t start_whole(chorus_task_t* t, const chorus_sched_t* s, int kind, chorus_shm_group_t** out) {
+  size_t* whole = calloc(2 * (size_t)s->group.size, sizeof(size_t));
+  if (!whole) return CHORUS_ERR_NO_MEMORY;
+  for (int i = 0; i < s->group.size; i++) whole[s->group.size + i] = s->count;
+  chorus_status_t st = start(t, s, whole, whole + s->group.size, s->count * s->elem_bytes, kind, out);
+  free(whole);
+  return st;
+}
+
+chorus_status_t chorus__shm_group_reduce_start(chorus_task_t* t, const chorus_sched_t* s, chorus_shm_group_t** out) {
+  return start_whole(t, s, GROUP_REDUCE, out);
+}
+
+chorus_status_t chorus__shm_group_bcast_start(chorus_task_t* t, const chorus_sched_t* s, chorus_shm_group_t** out) {
+  return start_whole(t, s, GROUP_BCAST, out);
 }
 
 /* RS copy-in: the other members' pieces of chunk k, each at its member's place in my slot. */
@@ -145,7 +169,69 @@ static void ag_copy_out(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   }
 }
 
+/* Reduce: the root combines its own chunk and every other member's, in member order. */
+static void reduce_combine(chorus_task_t* t, chorus_shm_group_t* g, int which) {
+  chorus_shm_op_t* s = &g->op;
+  size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
+  if (!m) return;
+  char* dst = g->recvbuf + off;
+  if (s->n == 1) chorus__algo_copy(dst, g->sendbuf + off, m * g->es);
+  for (int i = 0, combined = 0; i < s->n; i++) {
+    if (i == s->me) continue;
+    s->reduce(dst, combined++ ? dst : g->sendbuf + off, chorus__conn_shm_slot(t, i, which), m);
+  }
+  if (g->redop == CHORUS_AVG && g->avg_divisor > 0) chorus__reduce_avg_finish(dst, m, g->dtype, g->avg_divisor);
+}
+
+/* Reduce and broadcast: stage 0 of the member that writes its slot (every non-root for a
+ * reduce, the root for a broadcast); 1 when it may go on. */
+static int rooted_stage(chorus_task_t* t, chorus_shm_group_t* g, uint64_t id, int which, chorus_status_t* st) {
+  chorus_shm_op_t* s = &g->op;
+  int writes = (g->kind == GROUP_REDUCE) != (s->me == g->root);
+  size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
+  if (writes) {
+    if (!chorus__shm_slot_free(t, s, st)) return 0;
+    memcpy(chorus__conn_shm_slot(t, s->me, which), g->sendbuf + off, m * g->es);
+    if (g->kind == GROUP_BCAST) chorus__algo_copy(g->recvbuf + off, g->sendbuf + off, m * g->es);
+  }
+  chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+  chorus__shm_advance(t, s, 1);
+  return 1;
+}
+
+/* Reduce and broadcast: stage 1, the member that reads (the root of a reduce, the others of a
+ * broadcast); 1 when done with the chunk. */
+static int rooted_read(chorus_task_t* t, chorus_shm_group_t* g, uint64_t id, int which, chorus_status_t* st) {
+  chorus_shm_op_t* s = &g->op;
+  int is_root = s->me == g->root;
+  if (g->kind == GROUP_REDUCE && is_root) {
+    if (!chorus__shm_all_reached(t, s, SHM_ARRIVED, id, st)) return 0;
+    reduce_combine(t, g, which);
+  } else if (g->kind == GROUP_BCAST && !is_root) {
+    if (!chorus__shm_reached(t, s, g->root, SHM_ARRIVED, id, st)) return 0;
+    size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
+    chorus__shm_copy_out(s, g->recvbuf + off, chorus__conn_shm_slot(t, g->root, which), m * g->es);
+  }
+  return 1;
+}
+
+static chorus_status_t rooted_step(chorus_task_t* t, chorus_shm_group_t* g) {
+  chorus_shm_op_t* s = &g->op;
+  chorus_status_t st = CHORUS_OK;
+  while (s->k < s->nchunks) {
+    uint64_t id = chorus__shm_id(s);
+    int which = (int)(id & 1);
+    if (s->stage == 0) CHORUS_SHM_WAIT(rooted_stage(t, g, id, which, &st), st);
+    CHORUS_SHM_WAIT(rooted_read(t, g, id, which, &st), st);
+    chorus__conn_shm_publish(t, SHM_DONE, id);
+    s->k++;
+    chorus__shm_advance(t, s, 0);
+  }
+  return CHORUS_OK;
+}
+
 chorus_status_t chorus__shm_group_step(chorus_task_t* t, chorus_shm_group_t* g) {
+  if (g->kind == GROUP_REDUCE || g->kind == GROUP_BCAST) return rooted_step(t, g);
   chorus_shm_op_t* s = &g->op;
   chorus_status_t st = CHORUS_OK;
   while (s->k < s->nchunks) {

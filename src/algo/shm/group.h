@@ -32,6 +32,14 @@ chorus_status_t chorus__shm_group_rs_start(chorus_task_t* t, const chorus_sched_
  * chunk: stage my piece in my slot (ARRIVED), copy the others' out (DONE). */
 chorus_status_t chorus__shm_group_ag_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
                                            const size_t* len, size_t out_bytes, chorus_shm_group_t** out);
+/* Reduce to member s->root: the s->count elements of every member's s->sendbuf are combined
+ * into the root's s->recvbuf (avg divides by s->avg_divisor, 0: undivided); recvbuf is unused
+ * elsewhere, and may be the root's sendbuf. Per chunk: every other member stages its chunk
+ * (ARRIVED), the root combines its own and theirs in member order (DONE). */
+chorus_status_t chorus__shm_group_reduce_start(chorus_task_t* t, const chorus_sched_t* s, chorus_shm_group_t** out);
+/* Broadcast from member s->root: the root's s->sendbuf (s->count elements) lands in every
+ * member's s->recvbuf. Per chunk: the root stages it (ARRIVED), the others copy it out (DONE). */
+chorus_status_t chorus__shm_group_bcast_start(chorus_task_t* t, const chorus_sched_t* s, chorus_shm_group_t** out);
 /* INPROGRESS, OK, or < 0. */
 chorus_status_t chorus__shm_group_step(chorus_task_t* t, chorus_shm_group_t* g);
 void chorus__shm_group_free(chorus_shm_group_t* g); /* NULL-safe */
