@@ -54,6 +54,7 @@ typedef struct {
 chorus_status_t chorus__hier_run_ring(const chorus_sched_t* s, int ring_kind, chorus_hier_run_t* run);
 chorus_status_t chorus__hier_run_bcast(const chorus_sched_t* s, chorus_hier_run_t* run);
 chorus_status_t chorus__hier_run_reduce(const chorus_sched_t* s, chorus_hier_run_t* run);
+chorus_status_t chorus__hier_run_rd(const chorus_sched_t* s, chorus_hier_run_t* run); /* allreduce */
 /* A memory-semantics engine over s->group, this host's group (algo/shm/group.h): the
  * reduce-scatter or allgather of the pieces first/len, or the reduce to or broadcast from
  * s->root of the whole buffer (first/len unused). */

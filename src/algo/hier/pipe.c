@@ -7,6 +7,7 @@
 
 #include "algo/binomial/binomial.h"
 #include "algo/hier/hier.h"
+#include "algo/rd/rd.h"
 #include "algo/ring/ring.h"
 #include "algo/shm/group.h"
 
@@ -30,6 +31,16 @@ chorus_status_t chorus__hier_run_bcast(const chorus_sched_t* s, chorus_hier_run_
   chorus_bcast_t* b = NULL;
   chorus_status_t st = chorus__binomial_bcast_start(s, &b);
   *run = (chorus_hier_run_t){bcast_step, bcast_free, b};
+  return st;
+}
+
+static chorus_status_t rd_step(chorus_task_t* t, void* st) { return chorus__rd_allreduce_step(t, st); }
+static void rd_free(void* st) { chorus__rd_allreduce_free(st); }
+
+chorus_status_t chorus__hier_run_rd(const chorus_sched_t* s, chorus_hier_run_t* run) {
+  chorus_rd_allreduce_t* e = NULL;
+  chorus_status_t st = chorus__rd_allreduce_start(s, &e);
+  *run = (chorus_hier_run_t){rd_step, rd_free, e};
   return st;
 }
 
