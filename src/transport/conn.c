@@ -283,7 +283,8 @@ static int signature_conflicts(chorus_task_t* t, int local, const chorus_shm_ctl
   return 1;
 }
 
-static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen);
+static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen,
+                          chorus_blame_t* blame);
 
 /* The closed-peer and mismatch checks of a wait on local rank `local`; `reached` says the
  * awaited data is there, which calls for the signature check before it is used. */
@@ -304,7 +305,7 @@ static int peer_check(chorus_task_t* t, int local, int reached, chorus_status_t*
                                   "shared-memory %s", rank, p->host, chorus__coll_name(t->args.coll));
     /* It may have timed out on a rank that stopped or never came, the likelier cause: name it. */
     char culprits[300];
-    local_verdict(t, rank, 1, culprits, sizeof(culprits));
+    local_verdict(t, rank, 1, culprits, sizeof(culprits), NULL);
     if (culprits[0] && len < sizeof(tp_of(t)->err))
       snprintf(err + len, sizeof(tp_of(t)->err) - len, "; verdict: %s", culprits);
     *st = CHORUS_ERR_REMOTE;
@@ -500,7 +501,18 @@ static int cat_ranks(char* out, size_t* len, size_t outlen, const char* set, int
  * so a rank that waits too is not taken for one. */
 #define STALE_MS 500
 
-enum { V_WAITING, V_FINISHED, V_NEVER, V_STUCK, V_SILENT_POSTED, V_SILENT, V_GONE, V_UNKNOWN };
+/* Culprit kinds are the blame kinds (conn.h), so that give-up frames carry them as they are. */
+enum {
+  V_WAITING = 100,
+  V_FINISHED,
+  V_GAVE_UP, /* it sent a give-up frame: it waited too, then broke */
+  V_UNKNOWN,
+  V_NEVER = CHORUS_BLAME_NEVER,
+  V_STUCK = CHORUS_BLAME_STUCK,
+  V_SILENT_POSTED = CHORUS_BLAME_SILENT_POSTED,
+  V_SILENT = CHORUS_BLAME_SILENT,
+  V_GONE = CHORUS_BLAME_GONE
+};
 
 /* What the verdict on one operation is made of. */
 typedef struct {
@@ -516,6 +528,7 @@ typedef struct {
  * posted and completed; second hand, those it started, and how long its engine stood still. */
 static int classify(const chorus_rank_status_t* rs, uint64_t k, int asked) {
   const chorus_frame_hdr_t* h = &rs->hdr;
+  if (rs->gave_up && (!rs->gave_up_hdr.seq || rs->gave_up_hdr.seq >= k + 1)) return V_GAVE_UP;
   if (rs->have == 2) return h->seq <= k ? V_NEVER : h->nbytes > k ? V_FINISHED : V_WAITING;
   if (rs->gone) return V_GONE;
   if (!rs->have) return asked ? V_SILENT : V_UNKNOWN;
@@ -525,56 +538,99 @@ static int classify(const chorus_rank_status_t* rs, uint64_t k, int asked) {
   return h->seq == k + 1 ? V_WAITING : V_FINISHED;
 }
 
+/* Appends what rank r (host `host`) did about operation `coll` #k, as a culprit of kind `kind`
+ * (V_NEVER to V_GONE); stood_s: how long a stuck rank stood still, or a silent one was waited
+ * for (0: unknown). The verdict's details (its last operation, whether it answers) are the
+ * caller's. */
+static void cat_blame(char* out, size_t* len, size_t outlen, const char* sep, int r, const char* host, int kind,
+                      const char* coll, unsigned long long k, double stood_s) {
+  if (kind == V_NEVER)
+    cat(out, len, outlen, "%srank %d (host %s) never posted %s #%llu", sep, r, host, coll, k);
+  else if (kind == V_STUCK)
+    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu and has not moved for %.1f s: stopped or stuck", sep,
+        r, host, coll, k, stood_s);
+  else if (kind == V_SILENT_POSTED)
+    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu but does not answer (stopped, or stuck outside "
+        "Chorus)", sep, r, host, coll, k);
+  else if (kind == V_GONE)
+    cat(out, len, outlen, "%srank %d (host %s) closed its connection (it exited or failed)", sep, r, host);
+  else if (stood_s > 0)
+    cat(out, len, outlen, "%srank %d (host %s) did not answer within %.1f s (dead, stopped, unreachable, or outside "
+        "any Chorus call)", sep, r, host, stood_s);
+  else
+    cat(out, len, outlen, "%srank %d (host %s) did not answer (dead, stopped, unreachable, or outside any Chorus "
+        "call)", sep, r, host);
+}
+
 /* Appends the sentence about rank r, which holds the operation up (kind V_NEVER to V_GONE). */
 static void cat_culprit(const verdict_in_t* v, int r, int kind, const char* sep, char* out, size_t* len,
                         size_t outlen) {
   const chorus_rank_status_t* rs = &v->st[r];
   const char* host = v->tp->peers[r].host;
-  char last[160];
-  describe_last(&rs->hdr, last, sizeof(last));
-  if (kind == V_NEVER)
-    cat(out, len, outlen, "%srank %d (host %s) never posted %s #%llu (its last operation: %s)%s", sep, r, host,
-        v->coll, v->k, last, rs->have == 2 || !v->asked ? "" : " and does not answer");
-  else if (kind == V_STUCK)
-    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu and has not moved for %.1f s: stopped or stuck", sep,
-        r, host, v->coll, v->k, (double)rs->hdr.nbytes / 1e3);
-  else if (kind == V_SILENT_POSTED)
-    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu but does not answer (stopped, or stuck outside "
-        "Chorus)", sep, r, host, v->coll, v->k);
-  else if (kind == V_GONE)
-    cat(out, len, outlen, "%srank %d (host %s) closed its connection (it exited or failed)", sep, r, host);
-  else
-    cat(out, len, outlen, "%srank %d (host %s) did not answer within %.1f s (dead, stopped, unreachable, or "
-        "outside any Chorus call)", sep, r, host, v->waited);
+  cat_blame(out, len, outlen, sep, r, host, kind, v->coll, v->k, kind == V_SILENT ? v->waited : (double)rs->hdr.nbytes / 1e3);
+  if (kind == V_NEVER) {
+    char last[160];
+    describe_last(&rs->hdr, last, sizeof(last));
+    cat(out, len, outlen, " (its last operation: %s)%s", last, rs->have == 2 || !v->asked ? "" : " and does not answer");
+  }
+}
+
+/* A rank this rank could not hear from (silent, gone, unknown) may be named by the verdict of
+ * a rank that gave up (its give-up frame, about operation k): that rank's sender, or -1. */
+static int blamed_by_give_up(const verdict_in_t* v, int r) {
+  for (int q = 0; q < v->tp->nranks; q++) {
+    const chorus_rank_status_t* rs = &v->st[q];
+    int kind = CHORUS_GAVE_UP_KIND(rs->gave_up_hdr.nbytes);
+    if (rs->gave_up && rs->gave_up_hdr.root == r && rs->gave_up_hdr.seq == v->k + 1 &&
+        (kind == V_NEVER || kind == V_STUCK || kind == V_SILENT_POSTED))
+      return q;
+  }
+  return -1;
 }
 
 /* Writes the verdict: a sentence for each rank that holds the operation up, then (unless
- * culprits_only) the ranks that wait too and those that finished it. Leaves out this rank and
- * `skip`. kind and set: scratch of nranks entries. */
+ * culprits_only) the ranks that wait too, those that gave up and those that finished it. Leaves
+ * out this rank and `skip`. kind and set: scratch of nranks entries. blame (may be NULL): the
+ * first culprit. */
 static void write_verdict(const verdict_in_t* v, int* kind, char* set, int skip, int culprits_only, char* out,
-                          size_t outlen) {
+                          size_t outlen, chorus_blame_t* blame) {
   int n = v->tp->nranks, parts = 0;
   size_t len = 0;
   out[0] = '\0';
+  if (blame) *blame = (chorus_blame_t){-1, 0, 0};
   for (int r = 0; r < n; r++) {
     kind[r] = r == v->tp->rank || r == skip ? V_UNKNOWN : classify(&v->st[r], v->k, v->asked);
-    if (kind[r] != V_WAITING && kind[r] != V_FINISHED && kind[r] != V_UNKNOWN)
+    int told_by = kind[r] == V_SILENT || kind[r] == V_GONE ? blamed_by_give_up(v, r) : -1;
+    uint32_t stood_ms = kind[r] == V_STUCK ? (uint32_t)v->st[r].hdr.nbytes : 0;
+    if (told_by >= 0) { /* what a rank that gave up saw of it: more than silence */
+      const chorus_frame_hdr_t* g = &v->st[told_by].gave_up_hdr;
+      kind[r] = CHORUS_GAVE_UP_KIND(g->nbytes);
+      stood_ms = CHORUS_GAVE_UP_STOOD_MS(g->nbytes);
+      cat_blame(out, &len, outlen, parts++ ? "; " : "", r, v->tp->peers[r].host, kind[r], v->coll, v->k, stood_ms / 1e3);
+      cat(out, &len, outlen, " (the verdict of rank %d, which gave up on it)", told_by);
+    } else if (kind[r] != V_WAITING && kind[r] != V_FINISHED && kind[r] != V_GAVE_UP && kind[r] != V_UNKNOWN) {
       cat_culprit(v, r, kind[r], parts++ ? "; " : "", out, &len, outlen);
+    } else {
+      continue;
+    }
+    if (blame && blame->rank < 0) *blame = (chorus_blame_t){r, kind[r], stood_ms};
   }
-  for (int pass = 0; pass < 2 && !culprits_only; pass++) {
-    int want = pass == 0 ? V_WAITING : V_FINISHED, any = 0;
+  for (int pass = 0; pass < 3 && !culprits_only; pass++) {
+    int want = pass == 0 ? V_WAITING : pass == 1 ? V_GAVE_UP : V_FINISHED, any = 0;
     for (int r = 0; r < n; r++) any |= set[r] = (char)(kind[r] == want);
     if (!any) continue;
     if (parts++) cat(out, &len, outlen, "; ");
     int count = cat_ranks(out, &len, outlen, set, n);
     if (pass == 0) cat(out, &len, outlen, " posted %s #%llu and wait%s too", v->coll, v->k, count > 1 ? "" : "s");
+    else if (pass == 1) cat(out, &len, outlen, " waited for %s #%llu too and gave up", v->coll, v->k);
     else cat(out, &len, outlen, " finished %s #%llu", v->coll, v->k);
   }
 }
 
 /* The verdict from this host's segment alone, which every rank of the communicator maps: no
  * rank is asked. */
-static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen) {
+static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen,
+                          chorus_blame_t* blame) {
   const chorus_transport_t* tp = tp_of(t);
   int n = tp->nranks;
   chorus_rank_status_t* st = calloc((size_t)n, sizeof(*st));
@@ -586,7 +642,7 @@ static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* o
     local_indexes(t->comm, idx);
     for (int r = 0; r < n; r++) st[r].have = status_from_signature(tp, r, idx[r], &st[r].hdr);
     verdict_in_t v = {tp, st, chorus__coll_name(t->args.coll), (unsigned long long)t->seq, 0, 0.0};
-    write_verdict(&v, kind, set, skip, culprits_only, out, outlen);
+    write_verdict(&v, kind, set, skip, culprits_only, out, outlen, blame);
   }
   free(st);
   free(kind);
@@ -594,11 +650,12 @@ static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* o
   free(idx);
 }
 
-void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {
+void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen, chorus_blame_t* blame) {
   out[0] = '\0';
+  *blame = (chorus_blame_t){-1, 0, 0};
   if (chorus__coll_is_p2p(t->args.coll)) return; /* their sequence numbers are per pair */
   if (chorus__conn_shm_avail(t)) { /* one host: every rank publishes itself in shared memory */
-    local_verdict(t, -1, 0, out, outlen);
+    local_verdict(t, -1, 0, out, outlen, blame);
     return;
   }
   chorus_comm_t* comm = t->comm;
@@ -626,9 +683,61 @@ void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {
       }
     }
     verdict_in_t v = {tp, tp->status, chorus__coll_name(t->args.coll), (unsigned long long)t->seq, 1, waited};
-    write_verdict(&v, kind, set, -1, 0, out, outlen);
+    write_verdict(&v, kind, set, -1, 0, out, outlen, blame);
   }
   free(kind);
   free(set);
   free(idx);
+}
+
+/* ---- give-up frames (frame.h) ---- */
+
+int chorus__conn_explain_mismatch(chorus_task_t* t, int rank) {
+  const chorus_topo_t* topo = t->topo;
+  const chorus_transport_t* tp = tp_of(t);
+  if (!tp->shm.base || topo->host_of[rank] != topo->host_of[t->rank]) return 0;
+  chorus_status_t st = CHORUS_OK;
+  return signature_conflicts(t, topo->local_of[rank], chorus__conn_shm_ctl(t, topo->local_of[rank]), &st);
+}
+
+void chorus__conn_give_up_frame(const chorus_task_t* t, uint64_t comm_id, int rank, chorus_status_t st,
+                                const chorus_blame_t* blame, chorus_frame_hdr_t* h) {
+  memset(h, 0, sizeof(*h));
+  h->magic = CHORUS_FRAME_STATUS_MAGIC;
+  h->version = CHORUS_PROTO_VERSION;
+  h->comm_id = comm_id;
+  h->tag = (uint32_t)rank | CHORUS_STATUS_GAVE_UP;
+  h->root = blame->rank;
+  h->nbytes = CHORUS_GAVE_UP_NBYTES(st, blame->rank >= 0 ? blame->kind : 0, blame->stood_ms);
+  if (!t || chorus__coll_is_p2p(t->args.coll)) return; /* point-to-point numbers are per pair */
+  h->seq = t->seq + 1;
+  h->coll = (uint8_t)t->args.coll;
+  h->dtype = (uint8_t)t->args.dtype;
+  h->op = (uint8_t)t->args.op;
+  h->count = t->args.count;
+}
+
+void chorus__conn_describe_give_up(const chorus_transport_t* tp, char* out, size_t outlen, chorus_blame_t* blame) {
+  const chorus_frame_hdr_t* h = &tp->gave_up;
+  int from = tp->gave_up_from, kind = CHORUS_GAVE_UP_KIND(h->nbytes);
+  const char* coll = chorus__coll_name((chorus_coll_t)h->coll);
+  size_t len = 0;
+  out[0] = '\0';
+  if (CHORUS_GAVE_UP_STATUS(h->nbytes) == CHORUS_ERR_MISMATCH && h->seq) { /* its call, as it ran it */
+    const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
+    const char* op = chorus_op_name((chorus_op_t)h->op);
+    cat(out, &len, outlen, "mismatched calls: rank %d (host %s) runs %s #%llu (count %llu, %s, %s) and gave up", from,
+        tp->peers[from].host, coll, (unsigned long long)(h->seq - 1), (unsigned long long)h->count, dt ? dt : "?",
+        op ? op : "?");
+  } else {
+    cat(out, &len, outlen, "rank %d (host %s) gave up", from, tp->peers[from].host);
+    if (h->seq) cat(out, &len, outlen, " on %s #%llu", coll, (unsigned long long)(h->seq - 1));
+    cat(out, &len, outlen, " (%s)", chorus_status_name((chorus_status_t)CHORUS_GAVE_UP_STATUS(h->nbytes)));
+  }
+  *blame = (chorus_blame_t){-1, 0, 0};
+  if (h->root < 0 || kind < V_NEVER || kind > V_GONE) return;
+  *blame = (chorus_blame_t){h->root, kind, CHORUS_GAVE_UP_STOOD_MS(h->nbytes)};
+  cat(out, &len, outlen, "; its verdict: ");
+  cat_blame(out, &len, outlen, "", h->root, tp->peers[h->root].host, kind, coll,
+            (unsigned long long)(h->seq ? h->seq - 1 : 0), blame->stood_ms / 1e3);
 }

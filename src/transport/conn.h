@@ -96,13 +96,36 @@ void chorus__conn_zc_publish(chorus_task_t* t);
 /* A local rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
 char* chorus__conn_zc_send(chorus_task_t* t, int local);
 char* chorus__conn_zc_recv(chorus_task_t* t, int local);
+struct chorus_transport;
+
+/* The rank a verdict blames first (-1: none), how (CHORUS_BLAME_*), and for a rank that stood
+ * still, for how long. Carried in give-up frames (frame.h), so every rank can name it. */
+enum { CHORUS_BLAME_NEVER = 1, CHORUS_BLAME_STUCK, CHORUS_BLAME_SILENT_POSTED, CHORUS_BLAME_SILENT, CHORUS_BLAME_GONE };
+typedef struct {
+  int rank;
+  int kind;
+  uint32_t stood_ms;
+} chorus_blame_t;
+
 /* After a timeout of t (a collective): a sentence naming the ranks that never posted it, that
  * posted it and then stood still (their heartbeat, shm.h), that do not answer or are gone, and
  * those that wait too. On one host it is read from shared memory; otherwise this rank asks
  * every peer for its status (status frames, frame.h) and waits for the answers up to a second;
  * ranks of a peer's host that do not answer are described by that peer from what they publish
  * in its host's segment. mu held. */
-void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen);
+void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen, chorus_blame_t* blame);
+/* After a peer gave up on t with ERR_MISMATCH: 1 when that rank shares this host's segment and
+ * its published signature shows how the calls differ, written to the transport's error
+ * sentence (which then names both calls and, e.g., registered memory on one side only). */
+int chorus__conn_explain_mismatch(chorus_task_t* t, int rank);
+/* The give-up frame this rank sends when its communicator breaks with st while it runs t (NULL:
+ * between operations), blaming `blame`. */
+void chorus__conn_give_up_frame(const chorus_task_t* t, uint64_t comm_id, int rank, chorus_status_t st,
+                                const chorus_blame_t* blame, chorus_frame_hdr_t* h);
+/* The give-up frame received (tp->gave_up from tp->gave_up_from) as a sentence: "rank 0 (host
+ * h0) gave up on allreduce #8 (CHORUS_ERR_TIMEOUT); its verdict: rank 3 (host h1) never posted
+ * allreduce #8"; and the rank it blames, for this rank's own give-up frame. */
+void chorus__conn_describe_give_up(const struct chorus_transport* tp, char* out, size_t outlen, chorus_blame_t* blame);
 /* The transport's status_answer hook (ctx: the communicator): sends `asker` this rank's
  * status, then that of the other ranks of its host as they publish it. mu held. */
 void chorus__conn_status_answer(void* ctx, int asker);

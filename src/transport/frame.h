@@ -31,6 +31,19 @@
 #define CHORUS_STATUS_SECONDHAND 0x02000000u /* about another rank of the sender's host, read
                                                 from the shared-memory signature it publishes */
 #define CHORUS_STATUS_IN_CALL 0x04000000u    /* the subject has an operation in flight */
+/* A give-up frame (first hand): the sender's communicator broke (a timeout, a failed peer, a
+ * mismatch, chorus_comm_abort), so no later collective can complete; sent to every peer just
+ * before its sockets close, so that ranks waiting on something else (a host-mate's flag, a
+ * third rank) learn it at once instead of at their own timeout. seq = 1 + the sequence number
+ * of the collective it gave up on (0: none in flight); coll, dtype, op, count: that call; root
+ * = the rank its verdict blames (-1: none); nbytes = -status | verdict kind << 8 | the blamed
+ * rank's standing time in ms << 32 (CHORUS_GAVE_UP_* below). */
+#define CHORUS_STATUS_GAVE_UP 0x08000000u
+#define CHORUS_GAVE_UP_STATUS(nbytes) (-(int)((nbytes) & 0xff))
+#define CHORUS_GAVE_UP_KIND(nbytes) ((int)(((nbytes) >> 8) & 0xff))
+#define CHORUS_GAVE_UP_STOOD_MS(nbytes) ((uint32_t)((nbytes) >> 32))
+#define CHORUS_GAVE_UP_NBYTES(status, kind, stood_ms) \
+  ((uint64_t)(uint8_t)(-(status)) | (uint64_t)(uint8_t)(kind) << 8 | (uint64_t)(uint32_t)(stood_ms) << 32)
 #define CHORUS_PROTO_VERSION 1
 
 typedef struct {

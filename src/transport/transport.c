@@ -42,6 +42,7 @@ chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int n
   struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = NULL};
   epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wakefd, &ev);
   tp->peers[rank].is_self = 1;
+  tp->gave_up_from = -1;
   return CHORUS_OK;
 }
 
@@ -175,6 +176,15 @@ static chorus_status_t handle_status(chorus_transport_t* tp, chorus_stream_t* s,
     return CHORUS_ERR_PROTOCOL;
   }
   int subject = (int)(h->tag & CHORUS_STATUS_RANK_MASK), second = (h->tag & CHORUS_STATUS_SECONDHAND) != 0;
+  if (h->tag & CHORUS_STATUS_GAVE_UP) {
+    if (tp->gave_up_from < 0) {
+      tp->gave_up = *h;
+      tp->gave_up_from = s->peer;
+    }
+    tp->status[s->peer].gave_up = 1; /* for a verdict still being gathered */
+    tp->status[s->peer].gave_up_hdr = *h;
+    return CHORUS_OK;
+  }
   chorus_rank_status_t* rs = &tp->status[subject];
   if (!second || rs->have < 2) {
     rs->hdr = *h;
@@ -324,9 +334,18 @@ const char* chorus__status_check(const chorus_transport_t* tp, int sender, const
   if (h->version != CHORUS_PROTO_VERSION) return "another protocol version";
   if (h->comm_id != tp->comm_id) return "another communicator";
   uint32_t flags = h->tag & ~CHORUS_STATUS_RANK_MASK, subject = h->tag & CHORUS_STATUS_RANK_MASK;
-  if (flags & ~(CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL)) return "unknown flags";
+  if (flags & ~(CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL | CHORUS_STATUS_GAVE_UP))
+    return "unknown flags";
   /* Only now is the subject trusted as an index. */
   if (subject >= (uint32_t)tp->nranks) return "impossible rank";
+  if (flags & CHORUS_STATUS_GAVE_UP) {
+    if (flags != CHORUS_STATUS_GAVE_UP || (int)subject != sender) return "a give-up frame not about its sender";
+    if (h->root < -1 || h->root >= tp->nranks) return "a give-up frame blaming an impossible rank";
+    int status = CHORUS_GAVE_UP_STATUS(h->nbytes);
+    if (status >= 0 || strcmp(chorus_status_name((chorus_status_t)status), "CHORUS_UNKNOWN_STATUS") == 0)
+      return "a give-up frame with an unknown status";
+    return NULL;
+  }
   if (!(flags & CHORUS_STATUS_SECONDHAND)) {
     if ((int)subject != sender) return "a first-hand status about another rank";
     if (h->nbytes > h->seq) return "more collectives completed than posted";
@@ -364,6 +383,21 @@ void chorus__transport_send_status(chorus_transport_t* tp, int peer, const choru
   s->ctl[(s->ctl_head + s->ctl_count) % s->ctl_cap] = *h;
   s->ctl_count++;
   ctl_flush(s);
+}
+
+void chorus__transport_give_up(chorus_transport_t* tp, const chorus_frame_hdr_t* h) {
+  for (int p = 0; p < tp->nranks; p++) {
+    chorus_peer_t* peer = &tp->peers[p];
+    for (int i = 0; i < peer->nsocks; i++) {
+      chorus_stream_t* s = &peer->socks[i];
+      if (s->fd < 0 || s->peer_closed || !tx_at_boundary(s) || s->ctl_off) continue;
+      /* One try: a short write leaves part of a header, which the peer reports as a protocol
+       * error or a closed link, an error on its side either way. */
+      struct iovec iov = {(void*)h, sizeof(*h)};
+      (void)chorus__tcp_writev(s, &iov, 1);
+      break;
+    }
+  }
 }
 
 /* One round of a gathering rank's I/O on a stream: data and control frames out, status frames
