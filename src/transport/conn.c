@@ -597,7 +597,7 @@ static void write_verdict(const verdict_in_t* v, int* kind, char* set, int skip,
   int n = v->tp->nranks, parts = 0;
   size_t len = 0;
   out[0] = '\0';
-  if (blame) *blame = (chorus_blame_t){-1, 0, 0};
+  if (blame) *blame = (chorus_blame_t){-1, 0, 0, -1, CHORUS_OK};
   for (int r = 0; r < n; r++) {
     kind[r] = r == v->tp->rank || r == skip ? V_UNKNOWN : classify(&v->st[r], v->k, v->asked);
     int told_by = kind[r] == V_SILENT || kind[r] == V_GONE ? blamed_by_give_up(v, r) : -1;
@@ -613,7 +613,7 @@ static void write_verdict(const verdict_in_t* v, int* kind, char* set, int skip,
     } else {
       continue;
     }
-    if (blame && blame->rank < 0) *blame = (chorus_blame_t){r, kind[r], stood_ms};
+    if (blame && blame->rank < 0) *blame = (chorus_blame_t){r, kind[r], stood_ms, -1, CHORUS_OK};
   }
   for (int pass = 0; pass < 3 && !culprits_only; pass++) {
     int want = pass == 0 ? V_WAITING : pass == 1 ? V_GAVE_UP : V_FINISHED, any = 0;
@@ -652,7 +652,7 @@ static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* o
 
 void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen, chorus_blame_t* blame) {
   out[0] = '\0';
-  *blame = (chorus_blame_t){-1, 0, 0};
+  *blame = (chorus_blame_t){-1, 0, 0, -1, CHORUS_OK};
   if (chorus__coll_is_p2p(t->args.coll)) return; /* their sequence numbers are per pair */
   if (chorus__conn_shm_avail(t)) { /* one host: every rank publishes itself in shared memory */
     local_verdict(t, -1, 0, out, outlen, blame);
@@ -708,7 +708,9 @@ void chorus__conn_give_up_frame(const chorus_task_t* t, uint64_t comm_id, int ra
   h->comm_id = comm_id;
   h->tag = (uint32_t)rank | CHORUS_STATUS_GAVE_UP;
   h->root = blame->rank;
-  h->nbytes = CHORUS_GAVE_UP_NBYTES(st, blame->rank >= 0 ? blame->kind : 0, blame->stood_ms);
+  int relayed = blame->origin >= 0 && blame->origin != rank;
+  h->nbytes = CHORUS_GAVE_UP_NBYTES(relayed ? blame->origin_status : st, blame->rank >= 0 ? blame->kind : 0,
+                                    relayed ? blame->origin : -1, blame->stood_ms);
   if (!t || chorus__coll_is_p2p(t->args.coll)) return; /* point-to-point numbers are per pair */
   h->seq = t->seq + 1;
   h->coll = (uint8_t)t->args.coll;
@@ -719,7 +721,8 @@ void chorus__conn_give_up_frame(const chorus_task_t* t, uint64_t comm_id, int ra
 
 void chorus__conn_describe_give_up(const chorus_transport_t* tp, char* out, size_t outlen, chorus_blame_t* blame) {
   const chorus_frame_hdr_t* h = &tp->gave_up;
-  int from = tp->gave_up_from, kind = CHORUS_GAVE_UP_KIND(h->nbytes);
+  int sender = tp->gave_up_from, kind = CHORUS_GAVE_UP_KIND(h->nbytes), origin = CHORUS_GAVE_UP_ORIGIN(h->nbytes);
+  int from = origin >= 0 ? origin : sender; /* the rank that gave up first, as far as anyone knows */
   const char* coll = chorus__coll_name((chorus_coll_t)h->coll);
   size_t len = 0;
   out[0] = '\0';
@@ -734,9 +737,12 @@ void chorus__conn_describe_give_up(const chorus_transport_t* tp, char* out, size
     if (h->seq) cat(out, &len, outlen, " on %s #%llu", coll, (unsigned long long)(h->seq - 1));
     cat(out, &len, outlen, " (%s)", chorus_status_name((chorus_status_t)CHORUS_GAVE_UP_STATUS(h->nbytes)));
   }
-  *blame = (chorus_blame_t){-1, 0, 0};
+  if (from != sender) cat(out, &len, outlen, ", as rank %d (host %s) passed on", sender, tp->peers[sender].host);
+  *blame = (chorus_blame_t){-1, 0, 0, from, (chorus_status_t)CHORUS_GAVE_UP_STATUS(h->nbytes)};
   if (h->root < 0 || kind < V_NEVER || kind > V_GONE) return;
-  *blame = (chorus_blame_t){h->root, kind, CHORUS_GAVE_UP_STOOD_MS(h->nbytes)};
+  blame->rank = h->root;
+  blame->kind = kind;
+  blame->stood_ms = CHORUS_GAVE_UP_STOOD_MS(h->nbytes);
   cat(out, &len, outlen, "; its verdict: ");
   cat_blame(out, &len, outlen, "", h->root, tp->peers[h->root].host, kind, coll,
             (unsigned long long)(h->seq ? h->seq - 1 : 0), blame->stood_ms / 1e3);

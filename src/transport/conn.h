@@ -105,6 +105,10 @@ typedef struct {
   int rank;
   int kind;
   uint32_t stood_ms;
+  /* Set when this rank breaks because a peer gave up: the rank that gave up first and its
+   * status, passed on in this rank's own give-up frame. */
+  int origin;
+  chorus_status_t origin_status;
 } chorus_blame_t;
 
 /* After a timeout of t (a collective): a sentence naming the ranks that never posted it, that

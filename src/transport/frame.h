@@ -36,14 +36,18 @@
  * before its sockets close, so that ranks waiting on something else (a host-mate's flag, a
  * third rank) learn it at once instead of at their own timeout. seq = 1 + the sequence number
  * of the collective it gave up on (0: none in flight); coll, dtype, op, count: that call; root
- * = the rank its verdict blames (-1: none); nbytes = -status | verdict kind << 8 | the blamed
- * rank's standing time in ms << 32 (CHORUS_GAVE_UP_* below). */
+ * = the rank its verdict blames (-1: none); nbytes = -status | verdict kind << 8 | (origin + 1)
+ * << 16 | the blamed rank's standing time in ms << 32 (CHORUS_GAVE_UP_* below). A rank that
+ * gives up because a peer did passes on that peer's status and verdict, and names the rank that
+ * gave up first as the origin (0: the sender itself, or a rank past 65534). */
 #define CHORUS_STATUS_GAVE_UP 0x08000000u
 #define CHORUS_GAVE_UP_STATUS(nbytes) (-(int)((nbytes) & 0xff))
 #define CHORUS_GAVE_UP_KIND(nbytes) ((int)(((nbytes) >> 8) & 0xff))
+#define CHORUS_GAVE_UP_ORIGIN(nbytes) ((int)(((nbytes) >> 16) & 0xffff) - 1)
 #define CHORUS_GAVE_UP_STOOD_MS(nbytes) ((uint32_t)((nbytes) >> 32))
-#define CHORUS_GAVE_UP_NBYTES(status, kind, stood_ms) \
-  ((uint64_t)(uint8_t)(-(status)) | (uint64_t)(uint8_t)(kind) << 8 | (uint64_t)(uint32_t)(stood_ms) << 32)
+#define CHORUS_GAVE_UP_NBYTES(status, kind, origin, stood_ms)                                     \
+  ((uint64_t)(uint8_t)(-(status)) | (uint64_t)(uint8_t)(kind) << 8 |                              \
+   (uint64_t)((origin) >= 0 && (origin) < 0xffff ? (origin) + 1 : 0) << 16 | (uint64_t)(uint32_t)(stood_ms) << 32)
 #define CHORUS_PROTO_VERSION 1
 
 typedef struct {

@@ -341,6 +341,8 @@ const char* chorus__status_check(const chorus_transport_t* tp, int sender, const
   if (flags & CHORUS_STATUS_GAVE_UP) {
     if (flags != CHORUS_STATUS_GAVE_UP || (int)subject != sender) return "a give-up frame not about its sender";
     if (h->root < -1 || h->root >= tp->nranks) return "a give-up frame blaming an impossible rank";
+    int origin = CHORUS_GAVE_UP_ORIGIN(h->nbytes);
+    if (origin >= tp->nranks || origin == sender) return "a give-up frame passing on an impossible rank";
     int status = CHORUS_GAVE_UP_STATUS(h->nbytes);
     if (status >= 0 || strcmp(chorus_status_name((chorus_status_t)status), "CHORUS_UNKNOWN_STATUS") == 0)
       return "a give-up frame with an unknown status";

@@ -112,10 +112,12 @@ static int oracle_accepts(const setup_t* s, const chorus_frame_hdr_t* h) {
   int subj = (int)subject;
   if (flags & CHORUS_STATUS_GAVE_UP) {
     /* A give-up frame: the sender about itself, no other flag, blaming no rank (-1) or one of
-     * the communicator, with an error status (CHORUS_ERR_INVALID_ARG .. CHORUS_ERR_INTERNAL). */
-    int status = -(int)(h->nbytes & 0xff);
+     * the communicator, with an error status (CHORUS_ERR_INVALID_ARG .. CHORUS_ERR_INTERNAL),
+     * passing on no rank (-1) or another rank of the communicator as the one that gave up first. */
+    int status = -(int)(h->nbytes & 0xff), origin = (int)((h->nbytes >> 16) & 0xffff) - 1;
     return flags == CHORUS_STATUS_GAVE_UP && subj == s->sender && h->root >= -1 && h->root < s->nranks &&
-           status <= CHORUS_ERR_INVALID_ARG && status >= CHORUS_ERR_INTERNAL;
+           status <= CHORUS_ERR_INVALID_ARG && status >= CHORUS_ERR_INTERNAL && origin < s->nranks &&
+           origin != s->sender;
   }
   if ((flags & CHORUS_STATUS_SECONDHAND) == 0) {
     /* First hand: the sender about itself; it cannot have completed more than it posted. */

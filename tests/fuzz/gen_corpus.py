@@ -91,9 +91,9 @@ STATUS_COMM = 0x5A7E5CA1AB1E0C0D
 ASK, SECONDHAND, IN_CALL, GAVE_UP = 0x01000000, 0x02000000, 0x04000000, 0x08000000
 
 
-def gave_up_nbytes(status, kind=0, stood_ms=0):
-    """frame.h's CHORUS_GAVE_UP_NBYTES: -status | kind << 8 | stood_ms << 32."""
-    return (-status & 0xFF) | (kind & 0xFF) << 8 | (stood_ms & 0xFFFFFFFF) << 32
+def gave_up_nbytes(status, kind=0, stood_ms=0, origin=-1):
+    """frame.h's CHORUS_GAVE_UP_NBYTES: -status | kind << 8 | (origin + 1) << 16 | stood_ms << 32."""
+    return (-status & 0xFF) | (kind & 0xFF) << 8 | ((origin + 1) & 0xFFFF) << 16 | (stood_ms & 0xFFFFFFFF) << 32
 # Host indices of fuzz_status.c's kHosts: "node-a", "node-b", "node-ab" (a longer name with
 # node-a's as prefix), and a 63-character name that fills the field.
 NODE_A, NODE_B, NODE_AB, NODE_LONG = 0, 1, 2, 3
@@ -162,6 +162,12 @@ def status_cases():
         "gave_up_status_ok": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1, nbytes=0)),
         "gave_up_status_unknown": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1, nbytes=12)),
         "gave_up_about_other": status_input(two_hosts, 0, 2, status_hdr(3, GAVE_UP, root=-1, nbytes=gave_up_nbytes(-6))),
+        "gave_up_passed_on": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=3,
+                                                                      nbytes=gave_up_nbytes(-6, kind=1, origin=1))),
+        "gave_up_origin_is_sender": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1,
+                                                                             nbytes=gave_up_nbytes(-6, origin=2))),
+        "gave_up_origin_nranks": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1,
+                                                                          nbytes=gave_up_nbytes(-6, origin=4))),
         "gave_up_with_in_call": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP | IN_CALL, root=-1,
                                                                          nbytes=gave_up_nbytes(-6))),
         "all_flag_bits": status_input(two_hosts, 0, 2, status_hdr(2, 0xFF000000)),
