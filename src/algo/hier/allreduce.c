@@ -1,28 +1,34 @@
 /*
  * hier/allreduce.c - two-level allreduce: reduce inside each host, cross hosts with only what
  * must cross, spread inside the host again (the HCCL scheme). For H hosts of L ranks, per
- * pipeline chunk c of the buffer (cut into L segments):
- *   1. intra RS(c): ring reduce-scatter over the host's ranks (shared memory); local rank l
- *      ends with segment (l+1) mod L reduced over its host;
+ * pipeline chunk c of the buffer (cut into L segments), in the rails mode:
+ *   1. intra RS(c): reduce-scatter over the host's ranks by memory semantics (shm/group.c:
+ *      every rank stages the others' segments in its slot once, then combines its own segment
+ *      from its send buffer and their slots); local rank l ends with segment l reduced over its
+ *      host. Without a shared segment on the host: a ring over the shared rings (segment
+ *      (l+1) mod L);
  *   2. inter AR(c): allreduce of that segment over rail l (the ranks of local index l, one per
- *      host), by a flat engine (ring by default; chosen by cost over the inter-host link, or
- *      forced: CHORUS_ALGO=allreduce:hier/<engine>); avg divides here, once;
- *   3. intra AG(c): ring allgather of the segments over the host.
+ *      host), by a flat engine (ring, rhd or rd; chosen by cost over the rail's share of the
+ *      link, or forced: CHORUS_ALGO=allreduce:hier/<engine>); avg divides here, once;
+ *   3. intra AG(c): allgather of the segments over the host, by memory semantics (or a ring).
  * Every rank's sockets carry only 1/L of the data: 2(H-1)/H * N/L per rank crosses hosts, and
- * every host link carries 2(H-1)/H * N, the same as the best flat ring, but spread over L
- * rails instead of one ring edge per host, and free of intra-host hops.
+ * every host link carries 2(H-1)/H * N, the least any allreduce can, spread over L rails.
+ * Latency-bound sizes take the leader mode instead (hier/leader forces it): 1. reduce of the
+ * chunk to local index 0 by memory semantics, 2. allreduce over rail 0 by the local-0 ranks
+ * alone (half the processes wake per message, each with the whole link), 3. broadcast back.
  *
  * Pipelining: chunk c+1 is reduced inside the host while chunk c crosses hosts, and chunk c is
- * spread while c+1 crosses. Phases that talk to the same peers must post in the same order on
- * every rank, so each level runs one phase at a time in a fixed order: intra RS0, RS1, AG0,
- * RS2, AG1, ..., AG(C-1); inter AR0, AR1, ..., AR(C-1). AG(c) waits for AR(c); AR(c) for RS(c).
- * Bitwise identical on every rank: each segment is summed inside each host in ring order, then
- * across hosts by the inter engine (identical on all rail members), then copied.
+ * spread while c+1 crosses. Phases that talk to the same peers (and draw shared-memory ids)
+ * must start in the same order on every rank, so each level runs one phase at a time in a
+ * fixed order: intra RS0, RS1, AG0, RS2, AG1, ..., AG(C-1); inter AR0, AR1, ..., AR(C-1).
+ * AG(c) waits for AR(c); AR(c) for RS(c). Bitwise identical on every rank: each segment is
+ * combined inside each host by one rank in a fixed order, then across hosts by the inter
+ * engine (identical on all rail members), then copied.
  *
- * Cost (alpha-beta, S = N bytes, intra link a1/b1, inter a2/b2, C chunks): with
- *   T1 = 2(L-1) a1 + 2(L-1)/L S/C / b1 (a chunk's reduce-scatter and allgather in the host) and
- *   T2 = the engine's allreduce of S/(L C) over H members on a2, b2/L (the L rails of a host
- *   share its link), T ~ (C + 1) max(T1, T2).
+ * Cost (plan()): per chunk of S bytes, intra = the memory-semantics stages (a flag hand-over
+ * per stage and slot-sized sub-chunk, bytes at memory speed), inter = the engine's allreduce of
+ * S/L on 1/L of the inter-host link (rails) or of S on all of it (leader), and
+ * T = intra + inter + (C - 1) max(intra, inter); the cheaper mode and engine win.
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered (selection falls
  * back to a flat algorithm; a forced hier runs the flat ring and logs it once).
  */
@@ -240,7 +246,8 @@ static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) 
 
 const chorus_algo_t chorus__algo_hier_allreduce = {
     .name = "hier",
-    .desc = "two-level: intra-host reduce-scatter, inter-host allreduce per rail, intra-host allgather, pipelined",
+    .desc = "two-level: intra-host reduce-scatter, inter-host allreduce per rail, intra-host allgather, pipelined; "
+            "latency-bound: reduce to local 0, allreduce over rail 0, broadcast (leader)",
     .coll = CH_COLL_ALLREDUCE,
     .supported = chorus__algo_reduce_supported,
     .cost_us = hier_cost_us,
