@@ -54,6 +54,8 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
   t->next = NULL;
   if (t->algo && t->algo->fini) t->algo->fini(t);
   t->state = NULL;
+  free(t->vec);
+  t->vec = NULL;
   chorus__trace_finished(comm, t, st, now);
   __atomic_store_n(&t->status, st, __ATOMIC_RELEASE);
   CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
@@ -91,6 +93,9 @@ static void fail_task_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status
   describe_task(comm, t, what, sizeof(what));
   chorus__comm_set_error(comm, "%s failed: %s", what,
                          comm->tp.err[0] ? comm->tp.err : chorus_status_str(st));
+  /* Every peer, not only the one whose frame disagreed, hears of the mismatch (and tells its
+   * own peers when it fails of it): the ranks still in the call end with ERR_MISMATCH too. */
+  if (st == CHORUS_ERR_MISMATCH) chorus__conn_abort_peers(t);
   chorus__engine_fail(comm, st);
 }
 

@@ -525,6 +525,13 @@ int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, s
 
 /* ---- teardown ---- */
 
+void chorus__transport_abort_all(chorus_transport_t* tp, const chorus_frame_hdr_t* mine) {
+  if (!tp->peers) return;
+  for (int p = 0; p < tp->nranks; p++)
+    for (int i = 0; i < tp->peers[p].nsocks; i++)
+      if (!tp->peers[p].socks[i].peer_closed) send_abort(tp, &tp->peers[p].socks[i], mine);
+}
+
 void chorus__transport_shutdown(chorus_transport_t* tp) {
   if (!tp->peers) return;
   for (int p = 0; p < tp->nranks; p++) {

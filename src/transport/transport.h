@@ -171,6 +171,9 @@ void chorus__transport_send_status(chorus_transport_t* tp, int peer, const choru
  * way to failing them. */
 void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms);
 
+/* Writes an abort frame (frame.h) with signature `mine` on every stream to every peer that is
+ * at a frame boundary (best effort, before a shutdown after a mismatch). */
+void chorus__transport_abort_all(chorus_transport_t* tp, const chorus_frame_hdr_t* mine);
 /* Drops every queued transfer (after a failure) and shuts the sockets so peers notice. */
 void chorus__transport_shutdown(chorus_transport_t* tp);
 void chorus__transport_destroy(chorus_transport_t* tp);
