@@ -901,6 +901,12 @@ void mx_run_v_tcp(chorus_coll_t coll, int nranks) {
   set_env_list(tcp_env, 1);
 }
 
+void mx_run_v_hosts(chorus_coll_t coll, int nranks, const int* host_of) {
+  ranks_set_hosts(nranks, host_of);
+  mx_run_v(coll, nranks);
+  ranks_set_hosts(0, NULL);
+}
+
 void mx_run_small(chorus_coll_t coll, int nranks) {
   mx_run_matrix(coll, nranks, mx_small_counts, sizeof(mx_small_counts) / sizeof(mx_small_counts[0]),
                 0);

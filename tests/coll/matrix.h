@@ -152,6 +152,8 @@ void mx_run_tcp(chorus_coll_t coll, int nranks);
  * 4 KiB chunks; _tcp: shared memory disabled. */
 void mx_run_v(chorus_coll_t coll, int nranks);
 void mx_run_v_tcp(chorus_coll_t coll, int nranks);
+/* mx_run_v on emulated hosts (mx_run_hosts). */
+void mx_run_v_hosts(chorus_coll_t coll, int nranks, const int* host_of);
 
 /* Ranks on emulated hosts (rank r on host host_of[r]: shared memory inside a host, TCP
  * between hosts): counts {0, 1, 7, 1023, 20011} with 4 KiB chunks, roots rotating. */
