@@ -8,7 +8,6 @@ rank, on a communicator split off for it). Run by every rank under the launcher,
     build/chorus-run -n 3 /usr/bin/python3 python/tests/test_varsize.py --kind numpy
 """
 
-import argparse
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
-from test_collectives import NumpyKind, TorchKind, make_comm  # noqa: E402
+from test_collectives import run_tests  # noqa: E402
 
 LARGE = 70001  # elements of the one large block: over a chunk of the ring for every dtype
 
@@ -298,29 +297,5 @@ class VarsizeTests(unittest.TestCase):
         self.comm.barrier()  # the parent communicator is not affected
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--kind", choices=("numpy", "torch"), default="numpy")
-    args, rest = parser.parse_known_args()
-    if args.kind == "torch":
-        try:
-            kind = TorchKind()
-        except ImportError:
-            print("SKIP: torch is not installed for this python", flush=True)
-            return ref.SKIP_RETURN_CODE
-        kind.torch.set_num_threads(1)
-    else:
-        kind = NumpyKind()
-    VarsizeTests.comm = make_comm()
-    VarsizeTests.kind = kind
-    started = time.monotonic()
-    program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=1)
-    ok = program.result.wasSuccessful()
-    print(f"rank {VarsizeTests.comm.rank}: {args.kind} variable-size collectives "
-          f"{'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s", flush=True)
-    VarsizeTests.comm.destroy()
-    return 0 if ok else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tests(VarsizeTests, "variable-size collectives"))
