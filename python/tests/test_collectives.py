@@ -84,7 +84,9 @@ class TorchKind:
         return list(buf.reshape(nrows, -1).unbind(0))
 
 
-class CollectiveTests(unittest.TestCase):
+class KindTestCase(unittest.TestCase):
+    """Cases that every rank runs on its communicator `comm`, with buffers of `kind`."""
+
     comm = None
     kind = None
 
@@ -107,6 +109,9 @@ class CollectiveTests(unittest.TestCase):
             self.fail(f"{what}: wrong elements at {bad.tolist()}: got "
                       f"{got.reshape(-1)[bad].tolist()}, expected "
                       f"{np.asarray(expected).reshape(-1)[bad].tolist()}")
+
+
+class CollectiveTests(KindTestCase):
 
     # ---- reductions ----
 

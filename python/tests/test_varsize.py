@@ -11,13 +11,12 @@ rank, on a communicator split off for it). Run by every rank under the launcher,
 import os
 import sys
 import time
-import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
-from test_collectives import run_tests  # noqa: E402
+from test_collectives import KindTestCase, run_tests  # noqa: E402
 
 LARGE = 70001  # elements of the one large block: over a chunk of the ring for every dtype
 
@@ -61,29 +60,10 @@ def packed(counts):
     return displs, position
 
 
-class VarsizeTests(unittest.TestCase):
-    comm = None
-    kind = None
-
-    @property
-    def n(self):
-        return self.comm.size
-
-    @property
-    def r(self):
-        return self.comm.rank
-
+class VarsizeTests(KindTestCase):
     def block(self, rank, count, dtype, salt):
         """Rank's data block (holder representation)."""
         return ref.rank_input(rank, count, dtype, salt=salt)
-
-    def assertBits(self, actual, expected, what):
-        got = self.kind.to_numpy(actual)
-        if not ref.same_bits(got, expected):
-            bad = np.flatnonzero(got.reshape(-1) != np.asarray(expected).reshape(-1))[:5]
-            self.fail(f"{what}: wrong elements at {bad.tolist()}: got "
-                      f"{got.reshape(-1)[bad].tolist()}, expected "
-                      f"{np.asarray(expected).reshape(-1)[bad].tolist()}")
 
     def empty(self, count, dtype):
         """(a buffer from kind.empty(), a numpy copy of its filler to build expectations on)."""
