@@ -886,12 +886,13 @@ void mx_run_hosts(chorus_coll_t coll, int nranks, const int* host_of) {
 
 /* Variable-size collectives: count scales {0, 1, 7, 1023} (per-rank counts, vmatrix.c) with
  * 4 KiB chunks and the smallest shared-memory rings and slots, so that the large block of
- * scales 7 and up is pipelined in many chunks next to empty and short blocks. */
+ * scales 7 and up is pipelined in many chunks next to empty and short blocks. Each has one
+ * algorithm: automatic selection only. */
 static const size_t v_scales[] = {0, 1, 7, 1023};
 
 void mx_run_v(chorus_coll_t coll, int nranks) {
   set_env_list(small_chunk_env, 0);
-  mx_run_matrix(coll, nranks, v_scales, sizeof(v_scales) / sizeof(v_scales[0]), 0);
+  mx_run_matrix(coll, nranks, v_scales, sizeof(v_scales) / sizeof(v_scales[0]), MX_AUTO_IF_SINGLE);
   set_env_list(small_chunk_env, 1);
 }
 

@@ -149,7 +149,7 @@ void mx_run_tcp(chorus_coll_t coll, int nranks);
 
 /* Variable-size collectives: count scales {0, 1, 7, 1023} (irregular per-rank counts with
  * empty blocks and one large one, vmatrix.c), every dtype, op, root, in place and layout, with
- * 4 KiB chunks; _tcp: shared memory disabled. */
+ * 4 KiB chunks, automatic selection (one algorithm each); _tcp: shared memory disabled. */
 void mx_run_v(chorus_coll_t coll, int nranks);
 void mx_run_v_tcp(chorus_coll_t coll, int nranks);
 /* mx_run_v on emulated hosts (mx_run_hosts). */

@@ -1,10 +1,11 @@
 /*
- * test_alltoallv.c - the alltoallv matrix: rank i's block for rank j, of a size per pair, lands at j's displacement for i.
- * Automatic selection (one algorithm) x nranks {1,2,3,4,5,8} x count scales {0,1,7,1023}
- * (irregular per-rank counts with empty blocks and one large one, vmatrix.c) x every dtype x
- * in and out of place x displacements (NULL, or scattered with untouched gaps) x 4 KiB
- * chunks, each result checked bitwise on every rank against tests/harness/ref.c; tcp_*: shared
- * memory disabled.
+ * test_alltoallv.c - the alltoallv matrix: rank i's block for rank j, of a size per pair, lands
+ * at j's displacement for i.
+ * Automatic selection (the one algorithm) x nranks {1,2,3,4,5,8} x count scales {0,1,7,1023}
+ * (irregular per-rank counts with empty blocks and one large one, vmatrix.c) x every dtype x in
+ * and out of place x displacements (NULL, or scattered with gaps that must stay untouched),
+ * with 4 KiB chunks; each result checked bitwise on every rank against tests/harness/ref.c.
+ * tcp_*: shared memory disabled.
  */
 #include "matrix.h"
 #include "test.h"

@@ -1,10 +1,10 @@
 /*
- * test_reduce_scatterv.c - the reduce_scatterv matrix: rank r gets block r (its own size) of the element-wise reduction.
- * Automatic selection (one algorithm) x nranks {1,2,3,4,5,8} x count scales {0,1,7,1023}
- * (irregular per-rank counts with empty blocks and one large one, vmatrix.c) x every dtype x op x
- * in and out of place x 4 KiB
- * chunks, each result checked bitwise on every rank against tests/harness/ref.c; tcp_*: shared
- * memory disabled.
+ * test_reduce_scatterv.c - the reduce_scatterv matrix: rank r gets block r, of its own size, of
+ * the element-wise reduction.
+ * Automatic selection (the one algorithm) x nranks {1,2,3,4,5,8} x count scales {0,1,7,1023}
+ * (irregular per-rank counts with empty blocks and one large one, vmatrix.c) x every dtype x op
+ * x in and out of place, with 4 KiB chunks; each result checked bitwise on every rank against
+ * tests/harness/ref.c. tcp_*: shared memory disabled.
  */
 #include "matrix.h"
 #include "test.h"
