@@ -10,7 +10,7 @@
 #include "matrix.h"
 #include "test.h"
 
-TEST_EX(n1, 120, "quick") { mx_run_v(CH_COLL_ALLTOALLV, 1); }
+TEST_EX(n1, 120, "full") { mx_run_v(CH_COLL_ALLTOALLV, 1); }
 TEST_EX(n2, 120, "quick") { mx_run_v(CH_COLL_ALLTOALLV, 2); }
 TEST_EX(n3, 120, "quick") { mx_run_v(CH_COLL_ALLTOALLV, 3); }
 TEST_EX(n4, 120, "full") { mx_run_v(CH_COLL_ALLTOALLV, 4); }

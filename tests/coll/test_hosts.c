@@ -89,7 +89,7 @@ TEST_EX(barrier_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k1p2p3); 
 TEST_EX(allgatherv_2x2_rr, 300, "quick") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 4, k2x2_rr); }
 TEST_EX(allgatherv_2x3_rr, 300, "full") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 6, k2x3_rr); }
 TEST_EX(allgatherv_1p2p3, 300, "full") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 6, k1p2p3); }
-TEST_EX(reduce_scatterv_2x2_rr, 300, "quick") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 4, k2x2_rr); }
+TEST_EX(reduce_scatterv_2x2_rr, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 4, k2x2_rr); }
 TEST_EX(reduce_scatterv_2x3_rr, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 6, k2x3_rr); }
 TEST_EX(reduce_scatterv_1p2p3, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 6, k1p2p3); }
 TEST_EX(alltoallv_2x2_rr, 300, "quick") { mx_run_v_hosts(CH_COLL_ALLTOALLV, 4, k2x2_rr); }

@@ -256,13 +256,14 @@ static void run_every_mismatch(void) {
 
 TEST(mismatch_shm) { run_every_mismatch(); }
 
-TEST(mismatch_tcp) {
+/* TCP and emulated hosts: in the normal tree only (the sanitizer trees run the quick label). */
+TEST_EX(mismatch_tcp, 60, "full") {
   setenv("CHORUS_SHM_DISABLE", "1", 1);
   run_every_mismatch();
   unsetenv("CHORUS_SHM_DISABLE");
 }
 
-TEST(mismatch_hosts) {
+TEST_EX(mismatch_hosts, 60, "full") {
   static const int two_hosts[] = {0, 1, 0, 1};
   ranks_set_hosts(4, two_hosts);
   run_mismatch(MM_ALLGATHERV, 4);
