@@ -5,6 +5,7 @@
  * call returns and every later reader (selection, the algorithm) sees the same numbers.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
