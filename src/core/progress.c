@@ -54,6 +54,8 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
   t->next = NULL;
   if (t->algo && t->algo->fini) t->algo->fini(t);
   t->state = NULL;
+  free(t->vec);
+  t->vec = NULL;
   chorus__trace_finished(comm, t, st, now);
   __atomic_store_n(&t->status, st, __ATOMIC_RELEASE);
   CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
@@ -91,12 +93,46 @@ static void describe_task(const chorus_comm_t* comm, const chorus_task_t* t, cha
            op ? ", " : "", op ? op : "", t->algo ? t->algo->name : "?", comm->rank);
 }
 
-static void fail_task_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+/* Fails t (and the communicator) with st and the transport's sentence. */
+static void fail_with_transport_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
   char what[200];
   describe_task(comm, t, what, sizeof(what));
-  chorus__comm_set_error(comm, "%s failed: %s", what,
-                         comm->tp.err[0] ? comm->tp.err : chorus_status_str(st));
+  chorus__comm_set_error(comm, "%s failed: %s", what, comm->tp.err[0] ? comm->tp.err : chorus_status_str(st));
   chorus__engine_fail(comm, st);
+}
+
+/* A peer gave up (its give-up frame arrived): the operation it gave up on, and every later
+ * one, can never complete. An older head task may still (the peer did its part), so it goes
+ * on. 1 when the communicator broke. */
+static int fail_if_peer_gave_up(chorus_comm_t* comm) {
+  const chorus_frame_hdr_t* h = &comm->tp.gave_up;
+  chorus_task_t* t = comm->head;
+  if (comm->tp.gave_up_from < 0 || comm->broken) return 0;
+  if (t && !chorus__coll_is_p2p(t->args.coll) && h->seq && t->seq + 1 < h->seq) return 0;
+  char why[600];
+  chorus__conn_describe_give_up(&comm->tp, why, sizeof(why), &comm->blame);
+  int mismatch = CHORUS_GAVE_UP_STATUS(h->nbytes) == CHORUS_ERR_MISMATCH;
+  if (t && mismatch && chorus__conn_explain_mismatch(t, comm->tp.gave_up_from)) {
+    fail_with_transport_error(comm, t, CHORUS_ERR_MISMATCH); /* the sentence that names both calls */
+    return 1;
+  }
+  if (t) {
+    char what[200];
+    describe_task(comm, t, what, sizeof(what));
+    chorus__comm_set_error(comm, "%s failed: %s", what, why);
+  } else {
+    chorus__comm_set_error(comm, "communicator broken on rank %d: %s", comm->rank, why);
+  }
+  /* Mismatched calls are every involved rank's verdict; anything else is a peer's failure. */
+  engine_break(comm, mismatch ? CHORUS_ERR_MISMATCH : CHORUS_ERR_REMOTE, 1);
+  return 1;
+}
+
+static void fail_task_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+  /* A peer's give-up frame, read on the way to this error, says why its connection closed;
+   * a mismatch this rank saw itself names both calls, which is more. */
+  if (st != CHORUS_ERR_MISMATCH && fail_if_peer_gave_up(comm)) return;
+  fail_with_transport_error(comm, t, st);
 }
 
 static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
@@ -124,33 +160,6 @@ static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
     snprintf(comm->last_error + len, sizeof(comm->last_error) - len, "; verdict: %s", verdict);
   }
   engine_break(comm, CHORUS_ERR_TIMEOUT, 0);
-}
-
-/* A peer gave up (its give-up frame arrived): the operation it gave up on, and every later
- * one, can never complete. An older head task may still (the peer did its part), so it goes
- * on. 1 when the communicator broke. */
-static int fail_if_peer_gave_up(chorus_comm_t* comm) {
-  const chorus_frame_hdr_t* h = &comm->tp.gave_up;
-  chorus_task_t* t = comm->head;
-  if (comm->tp.gave_up_from < 0 || comm->broken) return 0;
-  if (t && !chorus__coll_is_p2p(t->args.coll) && h->seq && t->seq + 1 < h->seq) return 0;
-  char why[600];
-  chorus__conn_describe_give_up(&comm->tp, why, sizeof(why), &comm->blame);
-  int mismatch = CHORUS_GAVE_UP_STATUS(h->nbytes) == CHORUS_ERR_MISMATCH;
-  if (t && mismatch && chorus__conn_explain_mismatch(t, comm->tp.gave_up_from)) {
-    fail_task_error(comm, t, CHORUS_ERR_MISMATCH); /* the sentence that names both calls */
-    return 1;
-  }
-  if (t) {
-    char what[200];
-    describe_task(comm, t, what, sizeof(what));
-    chorus__comm_set_error(comm, "%s failed: %s", what, why);
-  } else {
-    chorus__comm_set_error(comm, "communicator broken on rank %d: %s", comm->rank, why);
-  }
-  /* Mismatched calls are every involved rank's verdict; anything else is a peer's failure. */
-  engine_break(comm, mismatch ? CHORUS_ERR_MISMATCH : CHORUS_ERR_REMOTE, 1);
-  return 1;
 }
 
 /* One pass: move bytes, then let the head tasks advance. mu held; now is the caller's recent

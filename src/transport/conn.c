@@ -35,12 +35,15 @@ static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
     h->coll = (uint8_t)t->args.coll;
     h->op = (uint8_t)t->args.op;
     h->root = t->args.root;
-    h->count = t->args.count;
+    /* allgatherv, reduce_scatterv: what every rank must agree on is the whole counts vector
+     * (frame.h); the other variable-size calls give each frame's word when they post it. */
+    int whole_vector = t->args.coll == CH_COLL_ALLGATHERV || t->args.coll == CH_COLL_REDUCE_SCATTERV;
+    h->count = whole_vector ? t->args.vsig : t->args.count;
   }
 }
 
 static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes, uint32_t tag,
-                            chorus_xfer_t* x, int is_send) {
+                            chorus_xfer_t* x, int is_send, const uint64_t* word) {
   chorus_transport_t* tp = &t->comm->tp;
   if (peer < 0 || peer >= tp->nranks) return CHORUS_ERR_INTERNAL;
   memset(x, 0, sizeof(*x));
@@ -52,18 +55,24 @@ static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes
   x->is_send = is_send;
   x->seq = is_send ? t->send_seq : t->recv_seq;
   fill_header(t, x, is_send);
+  if (word) x->hdr.count = *word;
   if (tp->peers[peer].is_self) return chorus__self_post(tp, x);
   return chorus__stream_post(tp, x);
 }
 
 chorus_status_t chorus__conn_isend(chorus_task_t* t, int peer, const void* buf, size_t nbytes,
                                    uint32_t tag, chorus_xfer_t* x) {
-  return post(t, peer, (void*)buf, nbytes, tag, x, 1);
+  return post(t, peer, (void*)buf, nbytes, tag, x, 1, NULL);
 }
 
 chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t nbytes,
                                    uint32_t tag, chorus_xfer_t* x) {
-  return post(t, peer, buf, nbytes, tag, x, 0);
+  return post(t, peer, buf, nbytes, tag, x, 0, NULL);
+}
+
+chorus_status_t chorus__conn_post_word(chorus_task_t* t, int is_send, int peer, void* buf, size_t nbytes,
+                                       uint32_t tag, uint64_t word, chorus_xfer_t* x) {
+  return post(t, peer, buf, nbytes, tag, x, is_send, &word);
 }
 
 /* ---- self transport: a send and a receive to oneself meet in two queues ---- */
@@ -103,10 +112,17 @@ void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outle
     return;
   }
   const char* op = chorus_op_name((chorus_op_t)h->op);
-  snprintf(out, outlen, "%.15s #%llu (count %llu, %.15s, %.15s, root %d, tag %u, %llu bytes)",
-           chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq,
-           (unsigned long long)h->count, dt ? dt : "?", op ? op : "?", h->root, h->tag,
-           (unsigned long long)h->nbytes);
+  /* The count word of the variable-size calls (frame.h) says what it is. */
+  char count[40];
+  if (h->coll == CH_COLL_ALLGATHERV || h->coll == CH_COLL_REDUCE_SCATTERV)
+    snprintf(count, sizeof(count), "counts hash %016llx", (unsigned long long)h->count);
+  else if (h->coll == CH_COLL_ALLTOALLV)
+    snprintf(count, sizeof(count), "%llu expected back", (unsigned long long)h->count);
+  else
+    snprintf(count, sizeof(count), "count %llu", (unsigned long long)h->count);
+  snprintf(out, outlen, "%.15s #%llu (%s, %.15s, %.15s, root %d, tag %u, %llu bytes)",
+           chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq, count, dt ? dt : "?",
+           op ? op : "?", h->root, h->tag, (unsigned long long)h->nbytes);
 }
 
 chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
@@ -233,7 +249,10 @@ static void signature_of(const chorus_task_t* t, uint64_t sig[CHORUS_SIG_WORDS])
   sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 | (uint64_t)(uint32_t)a->root << 32;
   sig[2] = a->count;
   sig[3] = algo_hash;
-  sig[4] = a->recvcount | (uint64_t)t->variant << 56;
+  /* Variable-size calls: the counts hash that every rank must agree on (allgatherv,
+   * reduce_scatterv; 0 for the others, whose counts differ per rank by design and are checked
+   * pair by pair in their frames). */
+  sig[4] = ((a->recvcount ^ a->vsig) & ((1ull << 56) - 1)) | (uint64_t)t->variant << 56;
 }
 
 void chorus__conn_publish_signature(chorus_task_t* t) {

@@ -46,6 +46,12 @@ chorus_status_t chorus__conn_isend(chorus_task_t* t, int peer, const void* buf, 
 chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t nbytes,
                                    uint32_t tag, chorus_xfer_t* x);
 
+/* As chorus__conn_isend (is_send = 1) or chorus__conn_irecv, with the frame's count word given
+ * instead of the call's count: what the two ends must agree on besides the message's size
+ * (alltoallv, gatherv and scatterv say per message what they are; frame.h). */
+chorus_status_t chorus__conn_post_word(chorus_task_t* t, int is_send, int peer, void* buf, size_t nbytes,
+                                       uint32_t tag, uint64_t word, chorus_xfer_t* x);
+
 static inline int chorus__xfer_done(const chorus_xfer_t* x) {
   return __atomic_load_n(&x->done, __ATOMIC_ACQUIRE);
 }

@@ -60,15 +60,21 @@ typedef struct {
   uint32_t tag;
   uint64_t comm_id;
   uint64_t seq;
-  uint64_t count;  /* the call's count argument */
+  /* The call's count argument; the variable-size calls carry what the two ends must agree
+   * on: allgatherv, reduce_scatterv: a hash of the counts vector (every rank sees it whole);
+   * alltoallv: the elements the sender expects back from the receiver (which checks it against
+   * what it sends, as the sender's nbytes against what it expects); gatherv, scatterv: the
+   * message's elements (0 in the empty frames that confirm a block). */
+  uint64_t count;
   uint64_t nbytes; /* total bytes of this message (over all its stripes) */
 } chorus_frame_hdr_t;
 
 _Static_assert(sizeof(chorus_frame_hdr_t) == 48, "frame header must stay 48 bytes");
 
 /* Bytes that always hold a header's description, NUL included. The longest is a collective's:
- * 36 bytes of fixed text, three names printed with at most 15 characters each (%.15s), three
- * 20-digit 64-bit numbers, a 10-digit tag and an 11-character root: 162 characters. */
+ * 30 bytes of fixed text, the count (at most 34 characters: "<20 digits> expected back"),
+ * three names printed with at most 15 characters each (%.15s), two 20-digit 64-bit numbers, a
+ * 10-digit tag and an 11-character root: 170 characters. */
 #define CHORUS_FRAME_DESC_LEN 176
 /* Bytes that always hold chorus__frame_check's sentence, NUL included: 60 bytes of fixed text
  * around two descriptions of at most CHORUS_FRAME_DESC_LEN - 1 characters each. */
