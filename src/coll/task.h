@@ -39,6 +39,9 @@ int chorus__coll_from_name(const char* name);      /* -1 when unknown */
 static inline int chorus__coll_is_p2p(chorus_coll_t c) {
   return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV;
 }
+static inline int chorus__coll_has_root(chorus_coll_t c) {
+  return c == CH_COLL_BROADCAST || c == CH_COLL_REDUCE || c == CH_COLL_GATHER || c == CH_COLL_SCATTER;
+}
 
 /* The arguments of one call, as the user gave them. */
 typedef struct {
@@ -52,8 +55,14 @@ typedef struct {
   size_t recvcount; /* sendrecv: elements received */
   chorus_dtype_t dtype;
   chorus_op_t op;
-  int root; /* broadcast/reduce/gather/scatter: root; send, sendrecv: destination; recv: source */
+  int root; /* broadcast/reduce/gather/scatter: root; send, sendrecv: destination; recv: source
+               (or CHORUS_ANY_SOURCE) */
   int peer; /* sendrecv: source */
+  int tag;  /* send, recv, sendrecv: the message tag (recv: or CHORUS_ANY_TAG) */
+  /* A collective fused from a group's calls (coll/group.c): a hash of the group's shape (its
+   * calls' kinds and counts), 0 otherwise. Part of the signature, in place of the root of the
+   * collectives that have none, so that ranks whose groups differ get ERR_MISMATCH. */
+  uint32_t shape;
 } chorus_coll_args_t;
 
 struct chorus_comm;
@@ -98,9 +107,22 @@ typedef struct chorus_task {
   uint64_t sig[CHORUS_SIG_WORDS];
   unsigned polls; /* flag polls that found nothing new (mismatch checks are spaced out) */
 
+  /* Point-to-point results, set by the algorithm when it completes: the message received
+   * (source, tag, elements), and local_fail when the task failed alone (a truncated message, a
+   * dtype mismatch): the engine then ends it without breaking the communicator. */
+  int got_src, got_tag;
+  size_t got_count;
+  int local_fail;
+
+  /* Called by the engine when the task ends, before its status is published (a fused group
+   * operation unpacks its result and completes its members' requests). mu held. */
+  void (*on_done)(struct chorus_task* t, chorus_status_t st);
+  void* on_done_arg;
+
   /* Engine bookkeeping (src/core/progress.c); algorithms do not touch these. */
   chorus_status_t status;    /* INPROGRESS until the task ends */
-  struct chorus_task* next;  /* queue link */
+  struct chorus_task* next;  /* queue link (collectives), list link (point-to-point) */
+  struct chorus_task* prev;
   struct chorus_req* req;    /* the request that reports completion */
   uint64_t post_ns;          /* when posted */
   uint64_t start_ns;         /* when the algorithm started */
@@ -109,5 +131,11 @@ typedef struct chorus_task {
   int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */
   uint64_t rec_index;        /* its entry in the flight recorder */
 } chorus_task_t;
+
+/* The header's and signature's root field: the root, or for a fused collective without one,
+ * its group shape. */
+static inline int32_t chorus__task_root_word(const chorus_task_t* t) {
+  return chorus__coll_has_root(t->args.coll) ? t->args.root : (int32_t)t->args.shape;
+}
 
 #endif /* CHORUS_TASK_H */

@@ -19,6 +19,7 @@
 struct chorus_req {
   chorus_task_t task; /* a request is its task; freed when both the user and the engine are done */
   int user_released;  /* chorus_req_free was called */
+  int deferred;       /* atomic: a call of a group still open, posted by chorus_group_end */
   struct chorus_req *live_prev, *live_next; /* every request not yet freed, for destroy */
 };
 
@@ -44,6 +45,9 @@ struct chorus_comm {
   size_t shm_ring_bytes;
   size_t shm_slot_bytes;
   size_t shm_stream_bytes; /* outputs from this size on are written with streaming stores; 0: never */
+  size_t p2p_eager_bytes;      /* point-to-point messages up to this size go without rendezvous */
+  size_t p2p_unexpected_bytes; /* bound on buffered unexpected messages (match.h) */
+  size_t group_fuse_bytes;     /* largest fused group operation (coll/group.c); 0: none */
   char algo_spec[256];                                      /* CHORUS_ALGO as given */
   chorus_algo_rule_t rules[CH_COLL_COUNT][CHORUS_MAX_ALGO_RULES]; /* resolved per collective */
   int nrules[CH_COLL_COUNT];
@@ -55,7 +59,8 @@ struct chorus_comm {
    * selection, sequence numbers): one lock per small blocking call, not two. */
   pthread_mutex_t mu;
   pthread_cond_t cv;         /* task completed, role released, work posted */
-  chorus_task_t *head, *tail;
+  chorus_task_t *head, *tail; /* collectives, run one at a time in posting order */
+  chorus_task_t *p2p_head, *p2p_tail; /* point-to-point operations, all in progress at once */
   chorus_req_t* live;        /* non-blocking requests not yet freed */
   chorus_req_t* spare_req;   /* atomic: one freed request kept for the next non-blocking call */
   struct {                   /* the last selection per collective, keyed by what decides it */
@@ -66,8 +71,9 @@ struct chorus_comm {
   int cv_waiters;            /* threads waiting on cv: nobody to wake when 0 */
   int sleeping;              /* that thread sleeps in epoll: posting must wake it */
   uint64_t next_seq;         /* collectives */
-  uint64_t* p2p_send_seq;    /* per peer */
-  uint64_t* p2p_recv_seq;
+  uint64_t* p2p_send_seq;    /* per peer: messages sent (the pair's message numbers) */
+  uint64_t* p2p_recv_seq;    /* per peer: receives posted (for the log and recorder) */
+  uint64_t p2p_any_seq;      /* receives posted from any source */
   uint64_t last_activity_ns; /* last time any transfer moved */
   /* For status answers after a timeout (conn.c): collectives posted and completed, and the
    * arguments of the last one posted. */
@@ -120,6 +126,11 @@ void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st);
 /* Waits for every queued task, then stops the background thread. */
 void chorus__engine_drain(chorus_comm_t* comm);
 void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
+/* For requests that complete without a task of their own (members of a fused group
+ * operation): attach puts req among the communicator's requests (freed by destroy if the user
+ * never does), complete ends it with st (freeing it if the user released it). mu held. */
+void chorus__engine_attach(chorus_comm_t* comm, chorus_req_t* req);
+void chorus__engine_complete(chorus_comm_t* comm, chorus_req_t* req, chorus_status_t st);
 
 
 /* For chorus-diag: the transport name used to reach `peer` ("self", "tcp") and its host id
