@@ -113,6 +113,18 @@ static void fused_unpack(const fused_t* f, const chorus_task_t* t) {
   }
 }
 
+/* The fused task starts: its members' inputs go into the packed buffer now, so that they are
+ * still in cache when it runs. */
+static void fused_start(chorus_task_t* t) {
+  fused_t* f = t->on_done_arg;
+  size_t es = t->dtype_size, off = 0;
+  for (size_t i = 0; i < f->n; i++) {
+    const chorus_coll_args_t* a = &f->members[i]->task.args;
+    if (a->count) memcpy(f->pack + off * es, a->sendbuf, a->count * es);
+    off += a->count;
+  }
+}
+
 /* The fused task ended: its members get the result and its status. */
 static void fused_done(chorus_task_t* t, chorus_status_t st) {
   fused_t* f = t->on_done_arg;
@@ -156,13 +168,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
     fail_calls(comm, reqs, n, CHORUS_ERR_NO_MEMORY);
     return;
   }
-  size_t off = 0;
-  for (size_t i = 0; i < n; i++) {
-    const chorus_coll_args_t* a = &reqs[i]->task.args;
-    if (a->count) memcpy(pack + off * es, a->sendbuf, a->count * es);
-    off += a->count;
-    f->members[i] = reqs[i];
-  }
+  for (size_t i = 0; i < n; i++) f->members[i] = reqs[i];
   f->comm = comm;
   f->pack = pack;
   f->total = total;
@@ -171,6 +177,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
                           .count = total, .dtype = t0->args.dtype, .op = t0->args.op, .shape = shape};
   if (a.coll == CH_COLL_BARRIER) a.dtype = CHORUS_UINT8;
   chorus__coll_prepare(&fused->task, comm, &a);
+  fused->task.on_start = fused_start;
   fused->task.on_done = fused_done;
   fused->task.on_done_arg = f;
   fused->user_released = 1; /* the engine frees it when it ends */

@@ -114,8 +114,11 @@ typedef struct chorus_task {
   size_t got_count;
   int local_fail;
 
-  /* Called by the engine when the task ends, before its status is published (a fused group
-   * operation unpacks its result and completes its members' requests). mu held. */
+  /* Called by the engine when the task starts (a fused group operation packs its members'
+   * inputs then, so they are still in cache when it runs), and when it ends, before its status
+   * is published (the fused operation unpacks its result and completes its members'
+   * requests). mu held. */
+  void (*on_start)(struct chorus_task* t);
   void (*on_done)(struct chorus_task* t, chorus_status_t st);
   void* on_done_arg;
 

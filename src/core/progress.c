@@ -222,6 +222,7 @@ static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
 static void task_start(chorus_comm_t* comm, chorus_task_t* t, uint64_t now) {
   t->start_ns = now;
   comm->last_activity_ns = now;
+  if (t->on_start) t->on_start(t);
   chorus__conn_publish_signature(t);
   chorus__trace_started(comm, t);
 }
