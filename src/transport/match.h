@@ -89,6 +89,10 @@ void chorus__match_free(struct chorus_transport* tp);
 static inline int chorus__match_wants(const chorus_match_t* m, int peer) {
   return m->any_posted || (m->want && m->want[peer]);
 }
+/* The same without receives from any source: frames this rank waits for from peer itself. */
+static inline int chorus__match_wants_peer(const chorus_match_t* m, int peer) {
+  return m->want && m->want[peer];
+}
 
 /* Posting (conn.c): x is filled in (buffer, peer or ANY, tag, header). */
 chorus_status_t chorus__match_post_send(struct chorus_transport* tp, chorus_xfer_t* x);

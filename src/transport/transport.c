@@ -379,18 +379,33 @@ static void frame_done(chorus_transport_t* tp, chorus_stream_t* s) {
   }
 }
 
-/* Whether anything waits for the stream's incoming bytes: a frame half read, a collective
- * receive, or a point-to-point frame from its peer. A peer that closed its end after its last
- * frame is an error only while something still waits. */
+/* Whether this rank needs the stream's next bytes: a frame half read, a collective receive,
+ * or a point-to-point frame from this very peer. */
+static int stream_needed(const chorus_transport_t* tp, const chorus_stream_t* s) {
+  return s->rx_routed || s->recvq.count || chorus__match_wants_peer(&tp->match, s->peer);
+}
+
+/* Whether anything may take the stream's next bytes: what it needs, or a receive from any
+ * source while the peer has not ended its side. */
 static int stream_wanted(const chorus_transport_t* tp, const chorus_stream_t* s) {
-  return s->rx_routed || s->recvq.count || chorus__match_wants(&tp->match, s->peer);
+  return stream_needed(tp, s) || (tp->match.any_posted && !s->rx_ended);
 }
 
 static chorus_status_t stream_recv(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
   while (stream_wanted(tp, s)) {
     chorus_status_t st = CHORUS_OK;
     if (!s->rx_routed) {
-      if (!read_header(tp, s, &st)) return st;
+      if (!read_header(tp, s, &st)) {
+        /* A peer that closed its side after its last frame is an error only for what needs it:
+         * a receive from any source just hears nothing more from it. */
+        if (st == CHORUS_ERR_REMOTE && !stream_needed(tp, s)) {
+          s->rx_ended = 1;
+          tp->err[0] = '\0';
+          tp->err_peer = -1;
+          return CHORUS_OK;
+        }
+        return st;
+      }
       int routed = route_frame(tp, s, &st);
       if (st < 0) return st;
       if (!routed) return CHORUS_OK; /* it waits in the stream for its receive */

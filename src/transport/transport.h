@@ -50,6 +50,7 @@ typedef struct chorus_stream {
    * point-to-point message behind them (match.h): taken by the next receives posted here. */
   struct chorus_unexp *early_head, *early_tail;
   int peer_closed;           /* EPOLLRDHUP/HUP seen on fd */
+  int rx_ended;              /* a read found the stream closed after its last frame */
   int rx_ready;              /* EPOLLIN seen on fd since a read last found it empty */
   /* Control (status) frames to write on fd: on a TCP stream between data frames, on a
    * shared-memory stream's idle socket at any time. ctl_off: bytes of the first one written. */
