@@ -25,24 +25,8 @@ typedef struct {
   int n;
 } calls_t;
 
-/* Runs calls->ops in one group (blocking ones through mx_op_run, the others through
- * mx_op_post), then checks every result. */
-static void run_group(chorus_comm_t* comm, calls_t* c) {
-  ASSERT_OK(chorus_group_start());
-  for (int k = 0; k < c->n; k++) {
-    if (c->blocking[k]) ASSERT_COMM_OK(comm, mx_op_run(&c->ops[k], comm));
-    else ASSERT_COMM_OK(comm, mx_op_post(&c->ops[k], comm));
-  }
-  /* Inside the group nothing has run: a request is not done, and waiting is refused. */
-  for (int k = 0; k < c->n; k++) {
-    if (c->blocking[k] || !c->ops[k].nreq) continue;
-    int done = -1;
-    ASSERT_STATUS(chorus_test(c->ops[k].req[0], &done), CHORUS_INPROGRESS);
-    ASSERT_EQ(done, 0);
-    ASSERT_STATUS(chorus_wait(c->ops[k].req[0]), CHORUS_ERR_INVALID_USAGE);
-    break;
-  }
-  ASSERT_COMM_OK(comm, chorus_group_end());
+/* Waits for the non-blocking calls, then checks and releases every call. */
+static void finish_calls(chorus_comm_t* comm, calls_t* c) {
   int problems = 0;
   for (int k = 0; k < c->n; k++) {
     for (int j = 0; j < c->ops[k].nreq && !c->blocking[k]; j++) {
@@ -53,6 +37,31 @@ static void run_group(chorus_comm_t* comm, calls_t* c) {
     mx_op_release(&c->ops[k]);
   }
   if (problems) FAIL("%d wrong results (WRONG lines above)", problems);
+}
+
+/* Makes the calls: blocking ones through mx_op_run, the others through mx_op_post. */
+static void make_calls(chorus_comm_t* comm, calls_t* c) {
+  for (int k = 0; k < c->n; k++) {
+    if (c->blocking[k]) ASSERT_COMM_OK(comm, mx_op_run(&c->ops[k], comm));
+    else ASSERT_COMM_OK(comm, mx_op_post(&c->ops[k], comm));
+  }
+}
+
+/* Runs the calls in one group, then checks every result. */
+static void run_group(chorus_comm_t* comm, calls_t* c) {
+  ASSERT_OK(chorus_group_start());
+  make_calls(comm, c);
+  /* Inside the group nothing has run: a request is not done, and waiting is refused. */
+  for (int k = 0; k < c->n; k++) {
+    if (c->blocking[k] || !c->ops[k].nreq) continue;
+    int done = -1;
+    ASSERT_STATUS(chorus_test(c->ops[k].req[0], &done), CHORUS_INPROGRESS);
+    ASSERT_EQ(done, 0);
+    ASSERT_STATUS(chorus_wait(c->ops[k].req[0]), CHORUS_ERR_INVALID_USAGE);
+    break;
+  }
+  ASSERT_COMM_OK(comm, chorus_group_end());
+  finish_calls(comm, c);
 }
 
 static void add(calls_t* c, mx_spec_t s, int blocking, int rank, int nranks) {
@@ -157,10 +166,7 @@ static int mixed_rank(chorus_comm_t* comm, int rank, void* arg) {
   int to = (rank + 1) % n, from = (rank + n - 1) % n;
   ASSERT_OK(chorus_group_start());
   ASSERT_COMM_OK(comm, chorus_send_tag(out, big, CHORUS_FLOAT32, to, 3, comm));
-  for (int k = 0; k < c->n; k++) {
-    if (c->blocking[k]) ASSERT_COMM_OK(comm, mx_op_run(&c->ops[k], comm));
-    else ASSERT_COMM_OK(comm, mx_op_post(&c->ops[k], comm));
-  }
+  make_calls(comm, c);
   chorus_msg_info_t info = {-1, -1, 0};
   ASSERT_COMM_OK(comm, chorus_recv_tag(in, big, CHORUS_FLOAT32, from, 3, comm, &info));
   ASSERT_EQ(info.source, -1); /* filled by chorus_group_end */
@@ -171,16 +177,7 @@ static int mixed_rank(chorus_comm_t* comm, int rank, void* arg) {
   ASSERT_NOT_NULL(want);
   ref_fill_bytes(want, big * sizeof(float), from, 7, 0);
   if (memcmp(in, want, big * sizeof(float)) != 0) FAIL("the ring message from rank %d arrived wrong", from);
-  int problems = 0;
-  for (int k = 0; k < c->n; k++) {
-    for (int j = 0; j < c->ops[k].nreq && !c->blocking[k]; j++) {
-      ASSERT_COMM_OK(comm, chorus_wait(c->ops[k].req[j]));
-      chorus_req_free(c->ops[k].req[j]);
-    }
-    problems += mx_op_verify(&c->ops[k]);
-    mx_op_release(&c->ops[k]);
-  }
-  if (problems) FAIL("%d wrong results", problems);
+  finish_calls(comm, c);
   free(out);
   free(in);
   free(want);
