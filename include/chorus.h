@@ -175,7 +175,8 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
 /* Waits for the communicator's operations, then frees it and every resource it holds (sockets,
  * threads, segments). Requests of the communicator must be freed first or are freed here. Not
  * collective, but a rank should destroy only after its peers no longer need it. NULL is OK;
- * a communicator destroyed already is ERR_INVALID_ARG. */
+ * a communicator destroyed already is ERR_INVALID_ARG; one with calls in the calling thread's
+ * open group (chorus_group_start) is ERR_INVALID_USAGE. */
 CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm);
 
 /* Marks the communicator broken and wakes every waiter at once: operations in flight end with

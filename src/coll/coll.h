@@ -24,6 +24,8 @@ chorus_status_t chorus__coll_post(chorus_comm_t* comm, chorus_task_t* t);
 /* ---- groups (group.c) ---- */
 /* 1 while the calling thread has a group open (chorus_group_start). */
 int chorus__group_open(void);
+/* 1 when the calling thread's open group holds calls on comm. */
+int chorus__group_holds(const chorus_comm_t* comm);
 /* Gathers a call made in an open group: req (prepared, not posted) is posted by
  * chorus_group_end; a blocking call's status (and info, for a receive) is delivered then.
  * comm->mu held. */

@@ -31,6 +31,12 @@ static __thread size_t group_ncalls, group_cap;
 
 int chorus__group_open(void) { return group_depth > 0; }
 
+int chorus__group_holds(const chorus_comm_t* comm) {
+  for (size_t i = 0; i < group_ncalls; i++)
+    if (group_calls[i].req->task.comm == comm) return 1;
+  return 0;
+}
+
 chorus_status_t chorus__group_add(chorus_comm_t* comm, chorus_req_t* req, int blocking, chorus_msg_info_t* info) {
   if (group_ncalls == group_cap) {
     size_t cap = group_cap ? group_cap * 2 : 16;

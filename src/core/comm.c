@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "coll/coll.h"
 #include "core/clock.h"
 #include "core/live.h"
 #include "core/log.h"
@@ -309,6 +310,13 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
 
 CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm) {
   if (!comm) return CHORUS_OK;
+  if (chorus__live_has(comm) && chorus__group_holds(comm)) {
+    pthread_mutex_lock(&comm->mu);
+    chorus__comm_set_error(comm, "chorus_comm_destroy: this thread's open group holds calls on the communicator "
+                           "(call chorus_group_end first)");
+    pthread_mutex_unlock(&comm->mu);
+    return CHORUS_ERR_INVALID_USAGE;
+  }
   /* Out of the live set first: a second destroy, or a call racing this one, is refused. */
   if (!chorus__live_remove(comm)) {
     chorus__live_check(comm, "chorus_comm_destroy");

@@ -317,6 +317,12 @@ static int usage_rank(chorus_comm_t* comm, int rank, void* arg) {
   /* An empty group. */
   ASSERT_OK(chorus_group_start());
   ASSERT_OK(chorus_group_end());
+  /* A communicator with calls in the open group cannot be destroyed. */
+  ASSERT_OK(chorus_group_start());
+  ASSERT_COMM_OK(comm, chorus_barrier(comm));
+  ASSERT_STATUS(chorus_comm_destroy(comm), CHORUS_ERR_INVALID_USAGE);
+  ASSERT_TRUE(strstr(chorus_comm_last_error(comm), "group") != NULL);
+  ASSERT_COMM_OK(comm, chorus_group_end());
   return 0;
 }
 
