@@ -67,6 +67,8 @@ typedef struct {
   char* pack;    /* allreduce: the packed vector (in place); allgather: send part, then receive part */
   size_t total;  /* elements of the fused call's count */
   size_t n;
+  chorus_seg_t* segs; /* allreduce: the members' buffers, for algorithms that take them as they are */
+  size_t nsegs;
   chorus_req_t* members[];
 } fused_t;
 
@@ -123,6 +125,7 @@ static void fused_unpack(const fused_t* f, const chorus_task_t* t) {
  * still in cache when it runs. */
 static void fused_start(chorus_task_t* t) {
   fused_t* f = t->on_done_arg;
+  if (t->algo->takes_segments && t->segs) return; /* it reads the members where they are */
   size_t es = t->dtype_size, off = 0;
   for (size_t i = 0; i < f->n; i++) {
     const chorus_coll_args_t* a = &f->members[i]->task.args;
@@ -134,9 +137,10 @@ static void fused_start(chorus_task_t* t) {
 /* The fused task ended: its members get the result and its status. */
 static void fused_done(chorus_task_t* t, chorus_status_t st) {
   fused_t* f = t->on_done_arg;
-  if (st == CHORUS_OK) fused_unpack(f, t);
+  if (st == CHORUS_OK && !(t->algo->takes_segments && t->segs)) fused_unpack(f, t);
   for (size_t i = 0; i < f->n; i++) chorus__engine_complete(f->comm, f->members[i], st);
   free(f->pack);
+  free(f->segs);
   free(f);
 }
 
@@ -165,24 +169,36 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   fused_t* f = calloc(1, sizeof(*f) + n * sizeof(chorus_req_t*));
   chorus_req_t* fused = calloc(1, sizeof(*fused));
   char* pack = pack_elems ? malloc(pack_elems * es) : NULL;
+  chorus_seg_t* segs = t0->args.coll == CH_COLL_ALLREDUCE ? calloc(n, sizeof(*segs)) : NULL;
   for (size_t i = 0; i < n; i++) __atomic_store_n(&reqs[i]->deferred, 0, __ATOMIC_RELEASE);
-  if (!f || !fused || (pack_elems && !pack)) {
+  if (!f || !fused || (pack_elems && !pack) || (t0->args.coll == CH_COLL_ALLREDUCE && !segs)) {
     free(f);
     free(fused);
     free(pack);
+    free(segs);
     chorus__comm_set_error(comm, "chorus_group_end: out of memory fusing %zu %ss", n, chorus__coll_name(t0->args.coll));
     fail_calls(comm, reqs, n, CHORUS_ERR_NO_MEMORY);
     return;
   }
-  for (size_t i = 0; i < n; i++) f->members[i] = reqs[i];
+  for (size_t i = 0, off = 0; i < n; i++) {
+    const chorus_coll_args_t* a = &reqs[i]->task.args;
+    f->members[i] = reqs[i];
+    if (segs && a->count) segs[f->nsegs++] = (chorus_seg_t){a->sendbuf, a->recvbuf, off, a->count};
+    off += a->count;
+  }
   f->comm = comm;
   f->pack = pack;
   f->total = total;
   f->n = n;
+  f->segs = segs;
   chorus_coll_args_t a = {.coll = t0->args.coll, .sendbuf = pack, .recvbuf = gather ? pack + total * es : pack,
                           .count = total, .dtype = t0->args.dtype, .op = t0->args.op, .shape = shape};
   if (a.coll == CH_COLL_BARRIER) a.dtype = CHORUS_UINT8;
   chorus__coll_prepare(&fused->task, comm, &a);
+  if (f->nsegs) {
+    fused->task.segs = f->segs;
+    fused->task.nsegs = f->nsegs;
+  }
   fused->task.on_start = fused_start;
   fused->task.on_done = fused_done;
   fused->task.on_done_arg = f;
@@ -192,6 +208,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   if (st < 0) { /* never queued: its members end here */
     for (size_t i = 0; i < n; i++) chorus__engine_complete(comm, reqs[i], st);
     free(pack);
+    free(segs);
     free(f);
     free(fused);
   }

@@ -69,6 +69,14 @@ struct chorus_comm;
 struct chorus_algo;
 struct chorus_req;
 
+/* One member of a fused group operation (coll/group.c): elements [off, off + count) of the
+ * fused vector are this call's own buffers. */
+typedef struct {
+  const void* send;
+  void* recv;
+  size_t off, count;
+} chorus_seg_t;
+
 /* Words of an operation's signature: sequence number + 1, kind|dtype|op|root, count, algorithm
  * hash, recvcount|variant. */
 #define CHORUS_SIG_WORDS 5
@@ -118,6 +126,10 @@ typedef struct chorus_task {
    * inputs then, so they are still in cache when it runs), and when it ends, before its status
    * is published (the fused operation unpacks its result and completes its members'
    * requests). mu held. */
+  /* A fused allreduce's members, in order, covering [0, args.count) without gaps (none of
+   * zero count); NULL otherwise. Only an algorithm with takes_segments reads them. */
+  const chorus_seg_t* segs;
+  size_t nsegs;
   void (*on_start)(struct chorus_task* t);
   void (*on_done)(struct chorus_task* t, chorus_status_t st);
   void* on_done_arg;
