@@ -21,24 +21,32 @@ typedef struct {
   size_t bytes;   /* -b, per call */
   int reps;       /* -r */
   int warmup;     /* -w */
+  int only;       /* -m: 0 both, 1 one by one only, 2 grouped only (for profiling) */
 } opts_t;
 
 static int usage(const char* why) {
   fprintf(stderr, "chorus-group-bench: %s\nusage: chorus-group-bench [-N calls (1000)] [-b bytes per call (4096)] "
-          "[-r repetitions (11)] [-w warm-up rounds (2)]\n", why);
+          "[-r repetitions (11)] [-w warm-up rounds (2)] [-m both|one|group (both; one mode only, to profile it)]\n",
+          why);
   return 2;
 }
 
 static int parse(int argc, char** argv, opts_t* o) {
-  *o = (opts_t){1000, 4096, 11, 2};
+  *o = (opts_t){1000, 4096, 11, 2, 0};
   int c;
-  while ((c = getopt(argc, argv, "N:b:r:w:h")) != -1) {
+  while ((c = getopt(argc, argv, "N:b:r:w:m:h")) != -1) {
     long v = optarg ? atol(optarg) : 0;
     switch (c) {
       case 'N': o->calls = (int)v; break;
       case 'b': o->bytes = (size_t)v; break;
       case 'r': o->reps = (int)v; break;
       case 'w': o->warmup = (int)v; break;
+      case 'm':
+        if (strcmp(optarg, "both") == 0) o->only = 0;
+        else if (strcmp(optarg, "one") == 0) o->only = 1;
+        else if (strcmp(optarg, "group") == 0) o->only = 2;
+        else return -1;
+        break;
       default: return -1;
     }
   }
@@ -66,8 +74,10 @@ typedef struct {
   float** recv;
 } bench_t;
 
-/* The slowest rank's time of one round, in seconds; < 0 on a failed call. */
+/* The slowest rank's time of one round, in seconds; < 0 on a failed call; 0 for a mode left
+ * out with -m. */
 static double round_time(bench_t* b, int grouped) {
+  if (b->o.only && b->o.only != 1 + grouped) return 0;
   if (chorus_barrier(b->comm) != CHORUS_OK) return -1;
   double t0 = now_sec();
   chorus_status_t st = CHORUS_OK;
@@ -147,18 +157,18 @@ int main(int argc, char** argv) {
     grp[r] = t[1];
     failed = one[r] < 0 || grp[r] < 0;
     if (!failed && b.rank == 0)
-      printf(" %5d %14.3f %14.3f %8.2f\n", r, one[r] * 1e3, grp[r] * 1e3, one[r] / grp[r]);
+      printf(" %5d %14.3f %14.3f %8.2f\n", r, one[r] * 1e3, grp[r] * 1e3, grp[r] > 0 ? one[r] / grp[r] : 0.0);
   }
-  /* The check: one more grouped round into cleared buffers. */
+  /* The check: one more round (grouped, unless -m one) into cleared buffers. */
   for (int k = 0; k < b.o.calls && !failed; k++) memset(b.recv[k], 0xff, b.o.bytes);
-  if (!failed) failed = round_time(&b, 1) < 0;
+  if (!failed) failed = round_time(&b, b.o.only != 1) < 0;
   long wrong = failed ? 1 : count_wrong(&b);
   if (!failed && b.rank == 0) {
     qsort(one, (size_t)b.o.reps, sizeof(double), cmp_double);
     qsort(grp, (size_t)b.o.reps, sizeof(double), cmp_double);
     double m1 = one[b.o.reps / 2], mg = grp[b.o.reps / 2];
     printf("# median: one by one %.3f ms (%.2f us per call), grouped %.3f ms (%.2f us per call), ratio %.2f\n",
-           m1 * 1e3, m1 * 1e6 / b.o.calls, mg * 1e3, mg * 1e6 / b.o.calls, m1 / mg);
+           m1 * 1e3, m1 * 1e6 / b.o.calls, mg * 1e3, mg * 1e6 / b.o.calls, mg > 0 ? m1 / mg : 0.0);
     printf("# wrong elements: %ld %s\n", wrong, wrong ? "FAILED" : "OK");
   }
   for (int k = 0; k < b.o.calls; k++) {
