@@ -240,6 +240,43 @@ TEST(all_pairs_hosts_n4) {
   ranks_set_hosts(0, NULL);
 }
 
+/* One group over two communicators (the world and its halves): each posts its own calls. */
+static int two_comms_rank(chorus_comm_t* comm, int rank, void* arg) {
+  int n = *(int*)arg;
+  chorus_comm_t* half = NULL;
+  ASSERT_COMM_OK(comm, chorus_comm_split(comm, rank % 2, rank, &half));
+  int hsize = 0, hrank = 0;
+  chorus_comm_size(half, &hsize);
+  chorus_comm_rank(half, &hrank);
+  int64_t a[3] = {rank, rank, rank}, b[3] = {rank, rank, rank}, c[5], got = -1;
+  for (int i = 0; i < 5; i++) c[i] = rank * 10 + i;
+  int64_t mine = rank;
+  ASSERT_OK(chorus_group_start());
+  ASSERT_COMM_OK(comm, chorus_allreduce(a, a, 3, CHORUS_INT64, CHORUS_SUM, comm));
+  ASSERT_COMM_OK(half, chorus_allreduce(b, b, 3, CHORUS_INT64, CHORUS_SUM, half));
+  ASSERT_COMM_OK(half, chorus_allreduce(c, c, 5, CHORUS_INT64, CHORUS_MAX, half));
+  ASSERT_COMM_OK(half, chorus_send(&mine, 1, CHORUS_INT64, (hrank + 1) % hsize, half));
+  ASSERT_COMM_OK(half, chorus_recv(&got, 1, CHORUS_INT64, (hrank + hsize - 1) % hsize, half));
+  ASSERT_COMM_OK(comm, chorus_group_end());
+  int64_t half_sum = 0, half_max = -1;
+  for (int q = rank % 2; q < n; q += 2) half_sum += q, half_max = q;
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(a[i], (int64_t)n * (n - 1) / 2);
+    ASSERT_EQ(b[i], half_sum);
+  }
+  for (int i = 0; i < 5; i++) ASSERT_EQ(c[i], half_max * 10 + i);
+  /* Half ranks are ordered by world rank (key = rank): the previous one is two world ranks back. */
+  int prev = hrank ? rank - 2 : rank % 2 + 2 * (hsize - 1);
+  ASSERT_EQ(got, prev);
+  ASSERT_COMM_OK(half, chorus_comm_destroy(half));
+  return 0;
+}
+
+TEST(two_comms_n4) {
+  int n = 4;
+  ASSERT_EQ(run_ranks(n, two_comms_rank, &n), 0);
+}
+
 /* ---- ranks whose groups differ: ERR_MISMATCH, not garbage ---- */
 
 typedef struct {
