@@ -4,7 +4,8 @@
  * fused allgathers, a group mixing every collective with point-to-point calls made in an order
  * that would deadlock outside a group, results bitwise against the independent reference
  * (matrix.c); ranks whose groups differ get ERR_MISMATCH on one host and across emulated
- * hosts; usage errors (end without start, waiting inside the group, nesting).
+ * hosts; usage errors (end without start, waiting inside the group, nesting). The `quick`
+ * cases are one of each kind; the `full` ones add rank counts and layouts.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,17 +99,17 @@ static void run_fused_allreduce(int n, const int* hosts) {
   ranks_set_hosts(0, NULL);
 }
 
-TEST(fused_allreduce_n1) { run_fused_allreduce(1, NULL); }
-TEST(fused_allreduce_n2) { run_fused_allreduce(2, NULL); }
-TEST(fused_allreduce_n3) { run_fused_allreduce(3, NULL); }
-TEST(fused_allreduce_n4) { run_fused_allreduce(4, NULL); }
+TEST_EX(fused_allreduce_n1, 60, "full") { run_fused_allreduce(1, NULL); }
+TEST_EX(fused_allreduce_n2, 60, "full") { run_fused_allreduce(2, NULL); }
+TEST_EX(fused_allreduce_n3, 60, "full") { run_fused_allreduce(3, NULL); }
+TEST_EX(fused_allreduce_n4, 60, "full") { run_fused_allreduce(4, NULL); }
 TEST(fused_allreduce_hosts_n4) { run_fused_allreduce(4, kHosts4); }
 /* Small pieces: many fused operations, and calls larger than a piece run alone. */
 TEST(fused_allreduce_pieces_n3) {
   setenv("CHORUS_GROUP_FUSE_BYTES", "4096", 1);
   run_fused_allreduce(3, NULL);
 }
-TEST(fused_allreduce_off_n2) {
+TEST_EX(fused_allreduce_off_n2, 60, "full") {
   setenv("CHORUS_GROUP_FUSE_BYTES", "0", 1);
   run_fused_allreduce(2, NULL);
 }
@@ -131,11 +132,11 @@ static int fused_allgather_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST(fused_allgather_n3) {
+TEST_EX(fused_allgather_n3, 60, "full") {
   int n = 3;
   ASSERT_EQ(run_ranks(n, fused_allgather_rank, &n), 0);
 }
-TEST(fused_allgather_hosts_n4) {
+TEST_EX(fused_allgather_hosts_n4, 60, "full") {
   int n = 4;
   ranks_set_hosts(n, kHosts4);
   ASSERT_EQ(run_ranks(n, fused_allgather_rank, &n), 0);
@@ -185,11 +186,11 @@ static int mixed_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST(mixed_n2) {
+TEST_EX(mixed_n2, 60, "full") {
   int n = 2;
   ASSERT_EQ(run_ranks(n, mixed_rank, &n), 0);
 }
-TEST(mixed_n4) {
+TEST_EX(mixed_n4, 60, "full") {
   int n = 4;
   ASSERT_EQ(run_ranks(n, mixed_rank, &n), 0);
 }
@@ -229,11 +230,11 @@ static int all_pairs_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST(all_pairs_n4) {
+TEST_EX(all_pairs_n4, 60, "full") {
   int n = 4;
   ASSERT_EQ(run_ranks(n, all_pairs_rank, &n), 0);
 }
-TEST(all_pairs_hosts_n4) {
+TEST_EX(all_pairs_hosts_n4, 60, "full") {
   int n = 4;
   ranks_set_hosts(n, kHosts4);
   ASSERT_EQ(run_ranks(n, all_pairs_rank, &n), 0);
@@ -272,7 +273,7 @@ static int two_comms_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST(two_comms_n4) {
+TEST_EX(two_comms_n4, 60, "full") {
   int n = 4;
   ASSERT_EQ(run_ranks(n, two_comms_rank, &n), 0);
 }
@@ -320,10 +321,10 @@ static void run_mismatch(int variant, int n, const int* hosts) {
   ranks_set_hosts(0, NULL);
 }
 
-TEST(mismatch_split_n2) { run_mismatch(0, 2, NULL); }
-TEST(mismatch_split_hosts_n4) { run_mismatch(0, 4, kHosts4); }
+TEST_EX(mismatch_split_n2, 60, "full") { run_mismatch(0, 2, NULL); }
+TEST_EX(mismatch_split_hosts_n4, 60, "full") { run_mismatch(0, 4, kHosts4); }
 TEST(mismatch_ops_n3) { run_mismatch(1, 3, NULL); }
-TEST(mismatch_ops_hosts_n4) { run_mismatch(1, 4, kHosts4); }
+TEST_EX(mismatch_ops_hosts_n4, 60, "full") { run_mismatch(1, 4, kHosts4); }
 
 /* ---- usage ---- */
 

@@ -6,7 +6,9 @@
  * receives from any source reporting the source, tag and count; larger and smaller buffers,
  * other dtypes; point-to-point beside collectives (non-blocking, and from another thread);
  * the unexpected-message bound; timeouts, abort and bad arguments. Message contents are
- * bitwise checked against an independent fill (ref.h).
+ * bitwise checked against an independent fill (ref.h). The sanitizer trees run the `quick`
+ * cases (one of each kind, on emulated hosts where it matters); the `full` ones add the other
+ * rank counts and layouts.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -96,16 +98,16 @@ static void run_recv_first(int n, const int* hosts) {
 
 static const int kHosts2[] = {0, 1}, kHosts3[] = {0, 1, 0}, kHosts4[] = {0, 1, 0, 1};
 
-TEST(recv_first_n1) { run_recv_first(1, NULL); }
-TEST(recv_first_n2) { run_recv_first(2, NULL); }
-TEST(recv_first_n3) { run_recv_first(3, NULL); }
-TEST(recv_first_n4) { run_recv_first(4, NULL); }
-TEST(recv_first_hosts_n2) { run_recv_first(2, kHosts2); }
-TEST(recv_first_hosts_n3) { run_recv_first(3, kHosts3); }
+TEST_EX(recv_first_n1, 60, "full") { run_recv_first(1, NULL); }
+TEST_EX(recv_first_n2, 60, "full") { run_recv_first(2, NULL); }
+TEST_EX(recv_first_n3, 60, "full") { run_recv_first(3, NULL); }
+TEST_EX(recv_first_n4, 60, "full") { run_recv_first(4, NULL); }
+TEST_EX(recv_first_hosts_n2, 60, "full") { run_recv_first(2, kHosts2); }
+TEST_EX(recv_first_hosts_n3, 60, "full") { run_recv_first(3, kHosts3); }
 TEST(recv_first_hosts_n4) { run_recv_first(4, kHosts4); }
 
 /* Every message by rendezvous, and no room for unexpected messages: still no deadlock. */
-TEST(recv_first_all_rendezvous_n3) {
+TEST_EX(recv_first_all_rendezvous_n3, 60, "full") {
   setenv("CHORUS_P2P_EAGER_BYTES", "0", 1);
   setenv("CHORUS_P2P_UNEXPECTED_BYTES", "0", 1);
   run_recv_first(3, kHosts3);
@@ -162,7 +164,7 @@ static int tags_rank(chorus_comm_t* comm, int rank, void* arg) {
 }
 
 TEST(tags_out_of_order) { ASSERT_EQ(run_ranks(2, tags_rank, NULL), 0); }
-TEST(tags_out_of_order_hosts) {
+TEST_EX(tags_out_of_order_hosts, 60, "full") {
   ranks_set_hosts(2, kHosts2);
   ASSERT_EQ(run_ranks(2, tags_rank, NULL), 0);
   ranks_set_hosts(0, NULL);
@@ -199,7 +201,7 @@ static int order_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST(one_tag_in_order) { ASSERT_EQ(run_ranks(2, order_rank, NULL), 0); }
+TEST_EX(one_tag_in_order, 60, "full") { ASSERT_EQ(run_ranks(2, order_rank, NULL), 0); }
 
 /* ---- any source: the request reports who sent what ---- */
 
@@ -266,9 +268,9 @@ static void run_any_source(int n, const int* hosts) {
   ranks_set_hosts(0, NULL);
 }
 
-TEST(any_source_n2) { run_any_source(2, NULL); }
+TEST_EX(any_source_n2, 60, "full") { run_any_source(2, NULL); }
 TEST(any_source_n4) { run_any_source(4, NULL); }
-TEST(any_source_hosts_n4) { run_any_source(4, kHosts4); }
+TEST_EX(any_source_hosts_n4, 60, "full") { run_any_source(4, kHosts4); }
 
 /* ---- sizes and dtypes: a shorter message is fine, a longer one is ERR_TRUNCATED, another
  * dtype ERR_MISMATCH; they fail only that receive ---- */
@@ -321,7 +323,7 @@ static int sizes_rank(chorus_comm_t* comm, int rank, void* arg) {
 }
 
 TEST(sizes_and_dtypes) { ASSERT_EQ(run_ranks(2, sizes_rank, NULL), 0); }
-TEST(sizes_and_dtypes_hosts) {
+TEST_EX(sizes_and_dtypes_hosts, 60, "full") {
   ranks_set_hosts(2, kHosts2);
   ASSERT_EQ(run_ranks(2, sizes_rank, NULL), 0);
   ranks_set_hosts(0, NULL);
@@ -378,9 +380,9 @@ static void run_beside(int n, const int* hosts) {
   ranks_set_hosts(0, NULL);
 }
 
-TEST(beside_collectives_n2) { run_beside(2, NULL); }
-TEST(beside_collectives_n3) { run_beside(3, NULL); }
-TEST(beside_collectives_hosts_n4) { run_beside(4, kHosts4); }
+TEST_EX(beside_collectives_n2, 60, "full") { run_beside(2, NULL); }
+TEST_EX(beside_collectives_n3, 60, "full") { run_beside(3, NULL); }
+TEST_EX(beside_collectives_hosts_n4, 60, "full") { run_beside(4, kHosts4); }
 
 /* A second thread exchanges messages with the partner on the same communicator while the
  * rank's own thread runs collectives. */
@@ -427,7 +429,7 @@ static int threads_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST(beside_collectives_threads_n4) {
+TEST_EX(beside_collectives_threads_n4, 60, "full") {
   int n = 4;
   ASSERT_EQ(run_ranks(n, threads_rank, &n), 0);
 }
@@ -515,8 +517,8 @@ static void run_timeout(int large_send, const int* hosts) {
 }
 
 TEST(timeout_recv) { run_timeout(0, NULL); }
-TEST(timeout_recv_hosts) { run_timeout(0, kHosts2); }
-TEST(timeout_large_send) { run_timeout(1, NULL); }
+TEST_EX(timeout_recv_hosts, 60, "full") { run_timeout(0, kHosts2); }
+TEST_EX(timeout_large_send, 60, "full") { run_timeout(1, NULL); }
 
 /* Another thread aborts the communicator while a receive, an any-source receive and a large
  * send wait: all end with ERR_COMM_BROKEN at once. */
@@ -599,4 +601,4 @@ static int args_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST(bad_arguments) { ASSERT_EQ(run_ranks(1, args_rank, NULL), 0); }
+TEST_EX(bad_arguments, 60, "full") { ASSERT_EQ(run_ranks(1, args_rank, NULL), 0); }
