@@ -68,7 +68,8 @@ def group_end():
     comms, records = _group.comms, _group.records
     _group.keepalive, _group.records, _group.comms = [], [], []
     for record in records:
-        record.deferred = False
+        record.deferred = None
+        record.posted.set()
     if status < 0:
         detail = next((c.last_error for c in comms if not c.closed and c.last_error), "")
         raise error_for_status(status, detail, "group_end")
@@ -100,7 +101,8 @@ def _note_group_call(comm, keepalive=None, record=None):
     if keepalive is not None:
         _group.keepalive.append(keepalive)
     if record is not None:
-        record.deferred = True
+        record.deferred = threading.get_ident()
+        record.posted.clear()
         _group.records.append(record)
 
 
@@ -177,7 +179,7 @@ class _InFlight:
     """One posted non-blocking operation: the C request and the buffers it uses."""
 
     __slots__ = ("handle", "keepalive", "status", "error", "operation", "lock", "is_recv", "info",
-                 "deferred")
+                 "deferred", "posted")
 
     def __init__(self, handle, keepalive, operation, is_recv=False):
         self.handle = handle  # int address of the chorus_req_t, None once freed
@@ -188,7 +190,11 @@ class _InFlight:
         self.lock = threading.Lock()
         self.is_recv = is_recv  # a receive: its MessageInfo is read before the request is freed
         self.info = None  # MessageInfo of a completed receive
-        self.deferred = False  # posted in this thread's group, which is still open
+        # Posted in a group still open: the id of the thread whose group_end posts it (None
+        # otherwise); `posted` is set once it is posted.
+        self.deferred = None
+        self.posted = threading.Event()
+        self.posted.set()
 
 
 class Request:
@@ -202,7 +208,7 @@ class Request:
 
     def test(self):
         record = self._record
-        if record.deferred:  # its group is still open: nothing has run
+        if record.deferred is not None:  # its group is still open: nothing has run
             return False
         with record.lock:
             if record.status is None:
@@ -215,10 +221,7 @@ class Request:
 
     def wait(self):
         record = self._record
-        if record.deferred:
-            raise python_side_error("CHORUS_ERR_INVALID_USAGE",
-                                    "the request belongs to a group that is still open (call group_end first)",
-                                    record.operation)
+        self._comm._await_posting(record)
         with record.lock:
             if record.status is None:
                 self._comm._wait_record(record)
@@ -555,14 +558,19 @@ class Communicator:
 
     def wait_record(self, record):
         """Blocks (GIL released) until the record completes; returns its status and the
-        library's error sentence ("" on success)."""
+        library's error sentence ("" on success). A record posted in another thread's open
+        group is waited for once that group ends."""
+        self._await_posting(record)
         with record.lock:
             if record.status is None:
                 self._wait_record(record)
         return record.status, record.error
 
     def test_record(self, record):
-        """Returns (status, error) if the record completed, None if it is still running."""
+        """Returns (status, error) if the record completed, None if it is still running (or
+        not posted yet: its group is still open)."""
+        if record.deferred is not None:
+            return None
         with record.lock:
             if record.status is None:
                 self._test_record(record)
@@ -581,6 +589,19 @@ class Communicator:
                 _note_group_call(self, keepalive=keepalive)
             self._raise_for(status, operation or coll)
         return result
+
+    @staticmethod
+    def _await_posting(record):
+        """A record of a group still open: the thread that opened it must end it first (its
+        own wait is a usage error); any other thread waits until it does."""
+        owner = record.deferred
+        if owner is None:
+            return
+        if owner == threading.get_ident():
+            raise python_side_error("CHORUS_ERR_INVALID_USAGE",
+                                    "the request belongs to a group that is still open (call group_end first)",
+                                    record.operation)
+        record.posted.wait()
 
     def _wait_record(self, record):
         if record.handle is None:

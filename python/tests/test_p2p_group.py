@@ -6,6 +6,7 @@ Each rank runs the same unittest cases in the same order; a failed check fails t
 
 import os
 import sys
+import threading
 import time
 import unittest
 
@@ -137,6 +138,24 @@ class P2PGroupTests(unittest.TestCase):
         self.assertEqual(buf[0], 1.0)  # nested: runs at the outermost end only
         chorus.group_end()
         self.assertEqual(buf[0], float(self.n))
+
+    def test_other_thread_waits_until_the_group_ends(self):
+        # A completion thread (as chorus.torch has) may wait for a request of an open group:
+        # it blocks until the group's owner ends the group.
+        x = np.array([1.0], np.float32)
+        chorus.group_start()
+        req = self.comm.allreduce(x, async_op=True)
+        got = {}
+        waiter = threading.Thread(target=lambda: got.setdefault("r", self.comm.wait_record(req._record)))
+        waiter.start()
+        time.sleep(0.2)
+        self.assertTrue(waiter.is_alive())
+        self.assertIsNone(self.comm.test_record(req._record))
+        chorus.group_end()
+        waiter.join(30)
+        self.assertFalse(waiter.is_alive())
+        self.assertEqual(got["r"], (0, ""))
+        self.assertEqual(x[0], float(self.n))
 
     def test_groups_that_differ_fail_with_mismatch(self):
         if self.n < 2:
