@@ -277,7 +277,8 @@ CHORUS_API chorus_status_t chorus_barrier(chorus_comm_t* comm);
  * written). Both fail only that receive (the communicator stays usable), the sender's call
  * succeeds. A peer's death, a timeout (nothing moved for CHORUS_TIMEOUT_SEC; the message names
  * the operation, its number, peer and tag) and chorus_comm_abort fail every pending
- * operation, point-to-point included, and break the communicator. */
+ * operation, point-to-point included, and break the communicator; a receive from any source
+ * alone does not fail because one possible sender closed its side after its last message. */
 #define CHORUS_ANY_SOURCE (-1)
 #define CHORUS_ANY_TAG (-1)
 #define CHORUS_TAG_MAX 0x7fffffff
@@ -315,15 +316,18 @@ CHORUS_API chorus_status_t chorus_sendrecv(const void* sendbuf, size_t sendcount
  * - a non-blocking call returns a request that completes after chorus_group_end; waiting on
  *   it before (chorus_wait) is ERR_INVALID_USAGE, chorus_test says not done.
  * chorus_group_end posts the calls of each communicator together: allreduces of the same
- * dtype and op are fused into one allreduce over a packed buffer (in pieces of at most
- * CHORUS_GROUP_FUSE_BYTES, 1 MiB), allgathers of the same dtype into one allgather, barriers
- * into one barrier; the other collectives run one after the other in the order posted (fused
- * ones in the place of their first call), and point-to-point calls progress together, so a
- * group of sends and receives to and from many peers completes whatever their order. As with
- * collectives, every rank must make the same collective calls in its group: the group's shape
- * (the kinds and counts of the calls fused) is part of the fused operations' signature, so
- * ranks whose groups differ get ERR_MISMATCH. The calls of a group must not depend on each
- * other's results. chorus_group_end returns ERR_INVALID_USAGE without an open group. */
+ * dtype and op are fused into one allreduce over the concatenation of their vectors (in
+ * pieces of at most CHORUS_GROUP_FUSE_BYTES, 1 MiB; packed into a library buffer, or on one
+ * host read and written where they are), allgathers of the same dtype into one allgather,
+ * barriers into one barrier; the other collectives run one after the other in the order
+ * posted (fused ones in the place of their first call), and point-to-point calls progress
+ * together, so a group of sends and receives to and from many peers completes whatever their
+ * order. As with collectives, every rank must make the same collective calls in its group:
+ * the group's shape (the kinds, dtypes, ops, roots and counts of its collectives) is part of
+ * the fused operations' signature, so ranks whose groups differ get ERR_MISMATCH (across
+ * hosts, a rank that hears of it only through a peer closing its connection: ERR_REMOTE),
+ * never results cut at the wrong places. The calls of a group must not depend on each other's
+ * results. chorus_group_end returns ERR_INVALID_USAGE without an open group. */
 CHORUS_API chorus_status_t chorus_group_start(void);
 CHORUS_API chorus_status_t chorus_group_end(void);
 
