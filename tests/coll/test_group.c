@@ -18,6 +18,13 @@
 
 static const int kHosts4[] = {0, 1, 0, 1};
 
+/* Runs fn(comm, rank, &n) on n ranks: on one host, or on the emulated hosts `hosts`. */
+static void run_on(int n, const int* hosts, ranks_fn fn) {
+  ranks_set_hosts(hosts ? n : 0, hosts);
+  ASSERT_EQ(run_ranks(n, fn, &n), 0);
+  ranks_set_hosts(0, NULL);
+}
+
 enum { MAX_CALLS = 64 };
 
 typedef struct {
@@ -93,25 +100,19 @@ static int fused_allreduce_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-static void run_fused_allreduce(int n, const int* hosts) {
-  ranks_set_hosts(hosts ? n : 0, hosts);
-  ASSERT_EQ(run_ranks(n, fused_allreduce_rank, &n), 0);
-  ranks_set_hosts(0, NULL);
-}
-
-TEST_EX(fused_allreduce_n1, 60, "full") { run_fused_allreduce(1, NULL); }
-TEST_EX(fused_allreduce_n2, 60, "full") { run_fused_allreduce(2, NULL); }
-TEST_EX(fused_allreduce_n3, 60, "full") { run_fused_allreduce(3, NULL); }
-TEST_EX(fused_allreduce_n4, 60, "full") { run_fused_allreduce(4, NULL); }
-TEST(fused_allreduce_hosts_n4) { run_fused_allreduce(4, kHosts4); }
+TEST_EX(fused_allreduce_n1, 60, "full") { run_on(1, NULL, fused_allreduce_rank); }
+TEST_EX(fused_allreduce_n2, 60, "full") { run_on(2, NULL, fused_allreduce_rank); }
+TEST_EX(fused_allreduce_n3, 60, "full") { run_on(3, NULL, fused_allreduce_rank); }
+TEST_EX(fused_allreduce_n4, 60, "full") { run_on(4, NULL, fused_allreduce_rank); }
+TEST(fused_allreduce_hosts_n4) { run_on(4, kHosts4, fused_allreduce_rank); }
 /* Small pieces: many fused operations, and calls larger than a piece run alone. */
 TEST(fused_allreduce_pieces_n3) {
   setenv("CHORUS_GROUP_FUSE_BYTES", "4096", 1);
-  run_fused_allreduce(3, NULL);
+  run_on(3, NULL, fused_allreduce_rank);
 }
 TEST_EX(fused_allreduce_off_n2, 60, "full") {
   setenv("CHORUS_GROUP_FUSE_BYTES", "0", 1);
-  run_fused_allreduce(2, NULL);
+  run_on(2, NULL, fused_allreduce_rank);
 }
 
 /* Allgathers of two dtypes (one in place) fused per dtype, beside allreduces. */
@@ -132,16 +133,8 @@ static int fused_allgather_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST_EX(fused_allgather_n3, 60, "full") {
-  int n = 3;
-  ASSERT_EQ(run_ranks(n, fused_allgather_rank, &n), 0);
-}
-TEST_EX(fused_allgather_hosts_n4, 60, "full") {
-  int n = 4;
-  ranks_set_hosts(n, kHosts4);
-  ASSERT_EQ(run_ranks(n, fused_allgather_rank, &n), 0);
-  ranks_set_hosts(0, NULL);
-}
+TEST_EX(fused_allgather_n3, 60, "full") { run_on(3, NULL, fused_allgather_rank); }
+TEST_EX(fused_allgather_hosts_n4, 60, "full") { run_on(4, kHosts4, fused_allgather_rank); }
 
 /* Every collective, barriers, and a ring of blocking sends and receives in which every rank
  * sends first (outside a group, large messages would wait on each other). */
@@ -186,20 +179,9 @@ static int mixed_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST_EX(mixed_n2, 60, "full") {
-  int n = 2;
-  ASSERT_EQ(run_ranks(n, mixed_rank, &n), 0);
-}
-TEST_EX(mixed_n4, 60, "full") {
-  int n = 4;
-  ASSERT_EQ(run_ranks(n, mixed_rank, &n), 0);
-}
-TEST(mixed_hosts_n4) {
-  int n = 4;
-  ranks_set_hosts(n, kHosts4);
-  ASSERT_EQ(run_ranks(n, mixed_rank, &n), 0);
-  ranks_set_hosts(0, NULL);
-}
+TEST_EX(mixed_n2, 60, "full") { run_on(2, NULL, mixed_rank); }
+TEST_EX(mixed_n4, 60, "full") { run_on(4, NULL, mixed_rank); }
+TEST(mixed_hosts_n4) { run_on(4, kHosts4, mixed_rank); }
 
 /* Sends to and receives from every rank, in an order that differs per rank (blocking calls,
  * large messages): the group completes whatever the order. */
@@ -230,16 +212,8 @@ static int all_pairs_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST_EX(all_pairs_n4, 60, "full") {
-  int n = 4;
-  ASSERT_EQ(run_ranks(n, all_pairs_rank, &n), 0);
-}
-TEST_EX(all_pairs_hosts_n4, 60, "full") {
-  int n = 4;
-  ranks_set_hosts(n, kHosts4);
-  ASSERT_EQ(run_ranks(n, all_pairs_rank, &n), 0);
-  ranks_set_hosts(0, NULL);
-}
+TEST_EX(all_pairs_n4, 60, "full") { run_on(4, NULL, all_pairs_rank); }
+TEST_EX(all_pairs_hosts_n4, 60, "full") { run_on(4, kHosts4, all_pairs_rank); }
 
 /* One group over two communicators (the world and its halves): each posts its own calls. */
 static int two_comms_rank(chorus_comm_t* comm, int rank, void* arg) {
@@ -273,10 +247,7 @@ static int two_comms_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST_EX(two_comms_n4, 60, "full") {
-  int n = 4;
-  ASSERT_EQ(run_ranks(n, two_comms_rank, &n), 0);
-}
+TEST_EX(two_comms_n4, 60, "full") { run_on(4, NULL, two_comms_rank); }
 
 /* ---- ranks whose groups differ: ERR_MISMATCH, not garbage ---- */
 

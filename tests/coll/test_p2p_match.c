@@ -429,16 +429,15 @@ static int threads_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST_EX(beside_collectives_threads_n4, 60, "full") {
+static void run_threads(const int* hosts) {
   int n = 4;
-  ASSERT_EQ(run_ranks(n, threads_rank, &n), 0);
-}
-TEST(beside_collectives_threads_hosts_n4) {
-  int n = 4;
-  ranks_set_hosts(n, kHosts4);
+  ranks_set_hosts(hosts ? n : 0, hosts);
   ASSERT_EQ(run_ranks(n, threads_rank, &n), 0);
   ranks_set_hosts(0, NULL);
 }
+
+TEST_EX(beside_collectives_threads_n4, 60, "full") { run_threads(NULL); }
+TEST(beside_collectives_threads_hosts_n4) { run_threads(kHosts4); }
 
 /* ---- the unexpected-message bound: with no room at all, messages wait in the connection
  * until their receives come, and every receive still completes ---- */
