@@ -152,9 +152,12 @@ static void fail_calls(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   }
 }
 
-/* Posts one call as it is (with the group's shape when it is a fused piece of one call). */
+/* Posts one call as it is (with the group's shape when it is a fused piece of one call). The
+ * caller of chorus_group_end drives the group's operations while it waits for its blocking
+ * calls (no hand-off to the background thread, which takes over only what is left then). */
 static void post_single(chorus_comm_t* comm, chorus_req_t* req) {
   __atomic_store_n(&req->deferred, 0, __ATOMIC_RELEASE);
+  req->task.caller_drives = 1;
   chorus_status_t st = chorus__coll_post(comm, &req->task);
   if (st < 0) fail_calls(comm, &req, 1, st);
 }
@@ -201,6 +204,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   }
   fused->task.on_start = fused_start;
   fused->task.on_done = fused_done;
+  fused->task.caller_drives = 1;
   fused->task.on_done_arg = f;
   fused->user_released = 1; /* the engine frees it when it ends */
   for (size_t i = 0; i < n; i++) chorus__engine_attach(comm, reqs[i]);
@@ -277,12 +281,15 @@ CHORUS_API chorus_status_t chorus_group_end(void) {
   group_ncalls = group_cap = 0;
   member_t** mine = malloc((n ? n : 1) * sizeof(*mine));
   char* posted = calloc(n ? n : 1, 1);
+  chorus_comm_t** comms = malloc((n ? n : 1) * sizeof(*comms));
+  size_t ncomms = 0;
   chorus_status_t first = CHORUS_OK;
-  if (!mine || !posted) first = CHORUS_ERR_NO_MEMORY;
+  if (!mine || !posted || !comms) first = CHORUS_ERR_NO_MEMORY;
   /* Each communicator's calls, communicators in the order of their first call. */
   for (size_t i = 0; i < n && first == CHORUS_OK; i++) {
     if (posted[i]) continue;
     chorus_comm_t* comm = calls[i].req->task.comm;
+    comms[ncomms++] = comm;
     size_t k = 0;
     for (size_t j = i; j < n; j++)
       if (!posted[j] && calls[j].req->task.comm == comm) {
@@ -291,7 +298,9 @@ CHORUS_API chorus_status_t chorus_group_end(void) {
       }
     post_comm(comm, mine, k);
   }
-  /* The blocking calls end here: their status, the first error returned. */
+  /* The blocking calls end here: their status, the first error returned. This thread drives
+   * the group's operations from one wait to the next. */
+  for (size_t k = 0; k < ncomms; k++) chorus__engine_hold_bg(comms[k], 1);
   for (size_t i = 0; i < n; i++) {
     if (!calls[i].blocking) continue;
     chorus_req_t* req = calls[i].req;
@@ -307,6 +316,9 @@ CHORUS_API chorus_status_t chorus_group_end(void) {
     if (was_posted) chorus__engine_release(comm, req);
     else free(req);
   }
+  /* What the group left running (its non-blocking calls) goes to the background threads. */
+  for (size_t k = 0; k < ncomms; k++) chorus__engine_hold_bg(comms[k], 0);
+  free(comms);
   free(mine);
   free(posted);
   free(calls);

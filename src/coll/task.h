@@ -143,6 +143,8 @@ typedef struct chorus_task {
   uint64_t start_ns;         /* when the algorithm started */
   uint64_t last_progress_ns; /* last time any of its transfers moved */
   int blocking;              /* posted by a blocking call */
+  int caller_drives;         /* posted by chorus_group_end, whose caller drives it: the
+                                background thread is not woken for it */
   int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */
   uint64_t rec_index;        /* its entry in the flight recorder */
 } chorus_task_t;

@@ -214,6 +214,7 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
   comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
   pthread_mutex_init(&comm->mu, NULL);
   pthread_cond_init(&comm->cv, NULL);
+  pthread_cond_init(&comm->bg_cv, NULL);
   *out = comm;
   if (!comm->p2p_send_seq || !comm->p2p_recv_seq || chorus__trace_comm_init(comm) < 0 ||
       chorus__live_add(comm) < 0) {
@@ -234,6 +235,7 @@ void chorus__comm_free(chorus_comm_t* comm) {
   free(comm->spare_req);
   pthread_mutex_destroy(&comm->mu);
   pthread_cond_destroy(&comm->cv);
+  pthread_cond_destroy(&comm->bg_cv);
   free(comm);
 }
 

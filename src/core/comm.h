@@ -58,7 +58,7 @@ struct chorus_comm {
   /* Engine. mu guards the queue, the role flags, the error state and posting (checks,
    * selection, sequence numbers): one lock per small blocking call, not two. */
   pthread_mutex_t mu;
-  pthread_cond_t cv;         /* task completed, role released, work posted */
+  pthread_cond_t cv;         /* task completed, role released (threads waiting for either) */
   chorus_task_t *head, *tail; /* collectives, run one at a time in posting order */
   chorus_task_t *p2p_head, *p2p_tail; /* point-to-point operations, all in progress at once */
   chorus_req_t* live;        /* non-blocking requests not yet freed */
@@ -69,6 +69,9 @@ struct chorus_comm {
   } picked[CH_COLL_COUNT];
   int progressing;           /* a thread holds the right to drive progress */
   int cv_waiters;            /* threads waiting on cv: nobody to wake when 0 */
+  pthread_cond_t bg_cv;      /* the background thread waits here for work to take over */
+  int bg_waiting;            /* it does */
+  int bg_held;               /* threads in chorus__engine_hold_bg: do not wake it between waits */
   int sleeping;              /* that thread sleeps in epoll: posting must wake it */
   uint64_t next_seq;         /* collectives */
   uint64_t* p2p_send_seq;    /* per peer: messages sent (the pair's message numbers) */
@@ -126,6 +129,10 @@ void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st);
 /* Waits for every queued task, then stops the background thread. */
 void chorus__engine_drain(chorus_comm_t* comm);
 void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
+/* hold = 1: a thread is about to wait for several tasks in a row (chorus_group_end), driving
+ * them itself: between two waits, the queued work stays with it rather than go to the
+ * background thread. hold = 0 ends that, handing what is left to the background thread. */
+void chorus__engine_hold_bg(chorus_comm_t* comm, int hold);
 /* For requests that complete without a task of their own (members of a fused group
  * operation): attach puts req among the communicator's requests (freed by destroy if the user
  * never does), complete ends it with st (freeing it if the user released it). mu held. */
