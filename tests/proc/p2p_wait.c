@@ -87,5 +87,8 @@ int main(void) {
   free(big);
   chorus_comm_destroy(comm);
   printf("rank %d: exiting with status %d\n", rank, errors ? 1 : 0);
+  /* The survivors see the death within milliseconds: wait a little, so that chorus-run reaps
+   * the killed rank first and reports it (and its 128+9) rather than a survivor's status 1. */
+  if (errors) usleep(500000);
   return errors ? 1 : 0;
 }
