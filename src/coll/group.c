@@ -152,18 +152,19 @@ static void fail_calls(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   }
 }
 
-/* Posts one call as it is (with the group's shape when it is a fused piece of one call). The
- * caller of chorus_group_end drives the group's operations while it waits for its blocking
- * calls (no hand-off to the background thread, which takes over only what is left then). */
-static void post_single(chorus_comm_t* comm, chorus_req_t* req) {
+/* Posts one call as it is (with the group's shape when it is a fused piece of one call). With
+ * `drives`, the caller of chorus_group_end drives the communicator's operations while it waits
+ * for its blocking calls (no hand-off to the background thread, which takes over only what is
+ * left then); without (no blocking call there), the background thread runs them at once. */
+static void post_single(chorus_comm_t* comm, chorus_req_t* req, int drives) {
   __atomic_store_n(&req->deferred, 0, __ATOMIC_RELEASE);
-  req->task.caller_drives = 1;
+  req->task.caller_drives = drives;
   chorus_status_t st = chorus__coll_post(comm, &req->task);
   if (st < 0) fail_calls(comm, &req, 1, st);
 }
 
 /* Posts n calls of one fuse key as one operation over a packed buffer. */
-static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n, uint32_t shape) {
+static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n, uint32_t shape, int drives) {
   const chorus_task_t* t0 = &reqs[0]->task;
   size_t es = t0->dtype_size, total = 0;
   for (size_t i = 0; i < n; i++) total += reqs[i]->task.args.count;
@@ -204,7 +205,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   }
   fused->task.on_start = fused_start;
   fused->task.on_done = fused_done;
-  fused->task.caller_drives = 1;
+  fused->task.caller_drives = drives;
   fused->task.on_done_arg = f;
   fused->user_released = 1; /* the engine frees it when it ends */
   for (size_t i = 0; i < n; i++) chorus__engine_attach(comm, reqs[i]);
@@ -220,25 +221,28 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
 
 /* Posts the calls of one fuse key in pieces of at most CHORUS_GROUP_FUSE_BYTES (a call is never
  * split; a piece of one call runs on the call's own buffers). */
-static void post_bucket(chorus_comm_t* comm, chorus_req_t** reqs, size_t n, uint32_t shape) {
+static void post_bucket(chorus_comm_t* comm, chorus_req_t** reqs, size_t n, uint32_t shape, int drives) {
   size_t limit = comm->group_fuse_bytes;
   for (size_t first = 0; first < n;) {
     size_t end = first + 1, bytes = fused_bytes(&reqs[first]->task);
     while (end < n && bytes + fused_bytes(&reqs[end]->task) <= limit) bytes += fused_bytes(&reqs[end++]->task);
     if (end - first == 1) {
       reqs[first]->task.args.shape = shape;
-      post_single(comm, reqs[first]);
+      post_single(comm, reqs[first], drives);
     } else {
-      post_fused(comm, reqs + first, end - first, shape);
+      post_fused(comm, reqs + first, end - first, shape, drives);
     }
     first = end;
   }
 }
 
-/* Posts a communicator's calls of the group (calls[0..n), in the order they were made). */
-static void post_comm(chorus_comm_t* comm, member_t** calls, size_t n) {
+/* Posts a communicator's calls of the group (calls[0..n), in the order they were made). Returns
+ * whether some are blocking: then chorus_group_end's caller drives them. */
+static int post_comm(chorus_comm_t* comm, member_t** calls, size_t n) {
   chorus_req_t** bucket = malloc(n * sizeof(*bucket));
   char* done = calloc(n, 1);
+  int drives = 0;
+  for (size_t i = 0; i < n; i++) drives |= calls[i]->blocking;
   pthread_mutex_lock(&comm->mu);
   chorus_status_t refused = CHORUS_OK;
   if (__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE) || __atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE))
@@ -263,13 +267,14 @@ static void post_comm(chorus_comm_t* comm, member_t** calls, size_t n) {
         bucket[nb++] = calls[j]->req;
         done[j] = 1;
       }
-    if (nb >= 2) post_bucket(comm, bucket, nb, shape);
-    else post_single(comm, calls[i]->req);
+    if (nb >= 2) post_bucket(comm, bucket, nb, shape, drives);
+    else post_single(comm, calls[i]->req, drives);
     done[i] = 1;
   }
   pthread_mutex_unlock(&comm->mu);
   free(bucket);
   free(done);
+  return drives;
 }
 
 CHORUS_API chorus_status_t chorus_group_end(void) {
@@ -282,9 +287,10 @@ CHORUS_API chorus_status_t chorus_group_end(void) {
   member_t** mine = malloc((n ? n : 1) * sizeof(*mine));
   char* posted = calloc(n ? n : 1, 1);
   chorus_comm_t** comms = malloc((n ? n : 1) * sizeof(*comms));
+  char* drives = calloc(n ? n : 1, 1); /* per communicator: its blocking calls are waited for here */
   size_t ncomms = 0;
   chorus_status_t first = CHORUS_OK;
-  if (!mine || !posted || !comms) first = CHORUS_ERR_NO_MEMORY;
+  if (!mine || !posted || !comms || !drives) first = CHORUS_ERR_NO_MEMORY;
   /* Each communicator's calls, communicators in the order of their first call. */
   for (size_t i = 0; i < n && first == CHORUS_OK; i++) {
     if (posted[i]) continue;
@@ -296,11 +302,12 @@ CHORUS_API chorus_status_t chorus_group_end(void) {
         mine[k++] = &calls[j];
         posted[j] = 1;
       }
-    post_comm(comm, mine, k);
+    drives[ncomms - 1] = (char)post_comm(comm, mine, k);
   }
   /* The blocking calls end here: their status, the first error returned. This thread drives
    * the group's operations from one wait to the next. */
-  for (size_t k = 0; k < ncomms; k++) chorus__engine_hold_bg(comms[k], 1);
+  for (size_t k = 0; k < ncomms; k++)
+    if (drives[k]) chorus__engine_hold_bg(comms[k], 1);
   for (size_t i = 0; i < n; i++) {
     if (!calls[i].blocking) continue;
     chorus_req_t* req = calls[i].req;
@@ -317,8 +324,10 @@ CHORUS_API chorus_status_t chorus_group_end(void) {
     else free(req);
   }
   /* What the group left running (its non-blocking calls) goes to the background threads. */
-  for (size_t k = 0; k < ncomms; k++) chorus__engine_hold_bg(comms[k], 0);
+  for (size_t k = 0; k < ncomms; k++)
+    if (drives[k]) chorus__engine_hold_bg(comms[k], 0);
   free(comms);
+  free(drives);
   free(mine);
   free(posted);
   free(calls);
