@@ -31,8 +31,10 @@ class _Entry:
 class CompletionThread:
     """Posts chorus_i* calls on `comm` and completes their futures from one daemon thread."""
 
-    def __init__(self, comm, name="chorus-completion"):
+    def __init__(self, comm, name="chorus-completion", describe_failure=None):
         self._comm = comm
+        # (status, operation) -> the text that heads the error of a failed operation
+        self._describe_failure = describe_failure
         self._queue = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -105,11 +107,12 @@ class CompletionThread:
         status, detail = self._comm.wait_record(entry.record)
         self._settle(entry, status, detail)
 
-    @staticmethod
-    def _settle(entry, status, detail):
+    def _settle(self, entry, status, detail):
         if status < 0:
-            entry.future.set_exception(
-                error_for_status(status, detail, entry.record.operation))
+            operation = entry.record.operation
+            if self._describe_failure is not None:
+                operation = self._describe_failure(status, operation)
+            entry.future.set_exception(error_for_status(status, detail, operation))
             return
         try:
             value = entry.finish()

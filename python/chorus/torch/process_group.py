@@ -1,24 +1,26 @@
 """ProcessGroupChorus: a torch.distributed ProcessGroup (torch 1.13 Python subclass) whose
 collectives run on a Chorus communicator bootstrapped through the c10d store it is given.
 
-Every call posts a Chorus non-blocking operation and returns a Work made with
-_create_work_from_future, completed by the communicator's completion thread, so DDP's bucket
-allreduces overlap with the rest of backward. Methods accept opts=None and a bare tensor where
+Every call posts a Chorus non-blocking operation and returns a ChorusWork (work.py) completed
+by the communicator's completion thread, so DDP's bucket allreduces overlap with the rest of
+backward, and whose wait(), result(), future and DDP's backward raise the library's error
+when the operation fails after posting. Methods accept opts=None and a bare tensor where
 torch passes a list. Tensors are used in place; a staging copy is made only when torch hands
 separate output tensors to a collective that needs one contiguous buffer (allgather,
 reduce_scatter, gather, scatter, alltoall), and skipped when those tensors are already
 consecutive views of one buffer.
 """
 
+import math
 import os
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import _buffers, _lib
 from ..comm import Communicator
 from .completion import CompletionThread
+from .work import ChorusWork, WorkKeeper
 
 BACKEND_NAME = "chorus"
 UNIQUE_ID_KEY = "chorus_unique_id"
@@ -158,6 +160,15 @@ def _env_sec(variable):
     return int(value) if value else 0
 
 
+def _whole_seconds(timeout):
+    """torch's timedelta as the library's whole seconds, rounded up (a 0.5 s timeout must not
+    become 0, which means "the default"); 0 for None."""
+    return math.ceil(timeout.total_seconds()) if timeout is not None else 0
+
+
+_TIMEOUT_STATUS = _lib.status_value("CHORUS_ERR_TIMEOUT")
+
+
 class ProcessGroupChorus(dist.ProcessGroup):
     """A torch.distributed process group served by Chorus. Created by
     dist.init_process_group("chorus") once chorus.torch is imported, or directly with
@@ -173,7 +184,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._comm = comm
         self._alone = size == 1
         self._done_memo = None  # (tensor, Work) of the last one-rank call: see _done
-        self._engine = CompletionThread(comm, name=f"chorus-pg-{rank}")
+        self._keeper = WorkKeeper()
+        self._timeout_sec = _env_sec("CHORUS_TIMEOUT_SEC") or _whole_seconds(timeout)
+        self._engine = CompletionThread(comm, name=f"chorus-pg-{rank}",
+                                        describe_failure=self._describe_failure)
 
     @classmethod
     def from_comm(cls, comm):
@@ -194,12 +208,23 @@ class ProcessGroupChorus(dist.ProcessGroup):
         if engine is not None:
             engine.shutdown()
             self._comm.destroy()
+        self._keeper.clear()
 
     # ---- helpers ----
 
-    def _work(self, coll, args, keepalive, finish):
-        future = self._engine_or_raise().submit(coll, args, keepalive, finish)
-        return _create_work_from_future(future)
+    def _work(self, coll, args, keepalive, finish, operation=None):
+        operation = operation or coll
+        future = self._engine_or_raise().submit(coll, args, keepalive, finish, operation)
+        return ChorusWork(future, operation, self._keeper)
+
+    def _describe_failure(self, status, operation):
+        """The head of a failed operation's error: which backend, operation and rank, and for
+        a timeout the bound that expired, in words torch users (and torch's own tests, which
+        look for " timeout ") recognise. The library's sentence follows."""
+        text = f"chorus {operation} failed on rank {self.rank()}"
+        if status == _TIMEOUT_STATUS and self._timeout_sec:
+            text += f" after the operation timeout ({self._timeout_sec} s)"
+        return text
 
     def _done(self, tensor):
         """A Work already complete with [tensor]: what an in-place allreduce or broadcast is on
@@ -214,7 +239,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
             return memo[1]
         future = torch._C.Future([])  # the C++ future: torch.futures.Future adds Python steps
         future.set_result([tensor])
-        work = _create_work_from_future(future)
+        work = ChorusWork(future, "one-rank call", self._keeper)
         self._done_memo = (tensor, work)
         return work
 
@@ -418,7 +443,7 @@ def _comm_from_store(store, rank, size, timeout):
     """Bootstraps a Communicator through the c10d store: rank 0 publishes the unique id.
     torch's timeout bounds set-up and every operation unless CHORUS_TIMEOUT_SEC /
     CHORUS_CONNECT_TIMEOUT_SEC say otherwise."""
-    timeout_sec = int(timeout.total_seconds()) if timeout is not None else 0
+    timeout_sec = _whole_seconds(timeout)
     config = {
         "timeout_sec": 0 if _env_sec("CHORUS_TIMEOUT_SEC") else timeout_sec,
         "connect_timeout_sec": 0 if _env_sec("CHORUS_CONNECT_TIMEOUT_SEC") else timeout_sec,
