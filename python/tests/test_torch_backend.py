@@ -213,6 +213,45 @@ class BackendTests(unittest.TestCase):
         self.assertBits(single_out, np.repeat(np.arange(n) * 10.0 + r, 3).astype(np.float32),
                         "all_to_all_single")
 
+    SPARSE_SHAPE = (6, 4, 3)  # two sparse dimensions, one dense
+
+    def sparse_input(self, rank, dtype, salt):
+        """rank's uncoalesced COO tensor: 2 * rank non-zeros (none on rank 0), some indices
+        repeated, values from the reference's integers; and its dense int64 equivalent."""
+        nnz = 2 * rank
+        k = np.arange(nnz)
+        indices = np.stack([(k * (rank + 1)) % 6, (k + rank) % 4])
+        values = ref.integer_values(rank, nnz * 3, dtype, "sum", salt).reshape(nnz, 3)
+        dense = np.zeros(self.SPARSE_SHAPE, dtype=np.int64)
+        np.add.at(dense, (indices[0], indices[1]), values)
+        held = ref.to_holder(values.reshape(-1), dtype).reshape(nnz, 3)
+        tensor = torch.sparse_coo_tensor(torch.from_numpy(indices), tensor_of(held),
+                                         self.SPARSE_SHAPE)
+        return tensor, dense
+
+    def test_sparse_all_reduce(self):
+        for dtype in ("float32", "float64", "int32", "int64", "bfloat16"):
+            for salt in range(2):
+                mine, _ = self.sparse_input(self.r, dtype, salt)
+                total = sum(self.sparse_input(q, dtype, salt)[1] for q in range(self.n))
+                work = dist.all_reduce(mine, async_op=True)
+                result = work.get_future().wait()[0]
+                self.assertIs(result, mine)
+                self.assertTrue(mine.is_sparse and mine.is_coalesced())
+                self.assertBits(mine.to_dense().reshape(-1),
+                                ref.to_holder(total.reshape(-1), dtype),
+                                f"sparse all_reduce {dtype}")
+        with self.assertRaisesRegex(ValueError, "only SUM"):
+            dist.all_reduce(self.sparse_input(self.r, "float32", 0)[0], op=dist.ReduceOp.MAX)
+        odd = torch.sparse_coo_tensor(torch.zeros(2, 1, dtype=torch.int64), torch.ones(1, 3),
+                                      (6, 4 + self.r % 2, 3))
+        if self.n > 1:  # every rank sees the disagreement in the gathered shapes
+            with self.assertRaisesRegex(ValueError, "same shape"):
+                dist.all_reduce(odd)
+        t = torch.ones(2)
+        dist.all_reduce(t)  # the group still works
+        self.assertBits(t, np.full(2, self.n, dtype=np.float32), "after the sparse errors")
+
     def test_barrier_and_point_to_point(self):
         dist.barrier()
         if self.n == 1:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from .. import _buffers, _lib
 from ..comm import Communicator
 from .completion import CompletionThread
+from .sparse import sparse_allreduce
 from .work import ChorusWork, WorkKeeper
 
 BACKEND_NAME = "chorus"
@@ -260,6 +261,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
             if tensor is not None and _reduce_op_of(opts):  # raises for an unsupported op
                 return self._done(tensor)
         tensors = _single(tensors, "allreduce")
+        if tensors[0].layout == torch.sparse_coo:
+            return sparse_allreduce(self, tensors[0], _reduce_op_of(opts))
         buf = self._buf(tensors[0], "allreduce")
         op = self._comm_op(_reduce_op_of(opts))
         args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
@@ -295,13 +298,17 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._work("allgather", args, (inputs, outs, flat, send, recv), finish)
 
     def _allgather_base(self, output_tensor, input_tensor, opts=None):
+        return self._allgather_flat(output_tensor, input_tensor, "allgather")
+
+    def _allgather_flat(self, output_tensor, input_tensor, operation, finish=None):
+        """Allgather between two contiguous tensors; finish() gives the Work's value."""
         send = self._buf(input_tensor, "allgather input")
         recv = self._buf(output_tensor, "allgather output")
         if recv.count != send.count * self.size() or recv.dtype != send.dtype:
             raise ValueError("chorus: allgather output must hold size x input elements")
         args = (send.address, recv.address, send.count, send.dtype_code)
         return self._work("allgather", args, (input_tensor, output_tensor, send, recv),
-                          lambda: [output_tensor])
+                          finish or (lambda: [output_tensor]), operation)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         outputs = _single(output_tensors, "reduce_scatter")
