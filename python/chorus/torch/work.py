@@ -46,7 +46,7 @@ class ChorusWork(_C10dWork):
     def __init__(self, future, operation, keeper=None, source_rank=None):
         super().__init__()
         self._future = future
-        self._checked = checked_future(future)
+        self._checked = None  # made by the first get_future(): callers that only wait skip it
         self._operation = operation
         self._source_rank_value = source_rank  # an int, or a callable for any-source receives
         self._keeper = keeper
@@ -65,7 +65,10 @@ class ChorusWork(_C10dWork):
 
     def get_future(self):
         self.looked_at = True
-        return self._checked
+        checked = self._checked
+        if checked is None:  # two racing first calls would each get a valid future
+            checked = self._checked = checked_future(self._future)
+        return checked
 
     def is_completed(self):
         self.looked_at = True
