@@ -252,6 +252,37 @@ class BackendTests(unittest.TestCase):
         dist.all_reduce(t)  # the group still works
         self.assertBits(t, np.full(2, self.n, dtype=np.float32), "after the sparse errors")
 
+    def test_all_to_all_single_equal_every_dtype(self):
+        """Block j of rank q's input lands as block q of rank j's output (2-D rows too)."""
+        n, r, block = self.n, self.r, 37
+        for dtype in TORCH_DTYPES:
+            expected = np.concatenate(
+                [ref.rank_input(q, n * block, dtype, salt=12)[r * block:(r + 1) * block]
+                 for q in range(n)])
+            out = torch.empty(n * block, dtype=getattr(torch, dtype))
+            dist.all_to_all_single(out, self.input(dtype, n * block, salt=12))
+            self.assertBits(out, expected, f"all_to_all_single {dtype}")
+            rows = torch.empty(n * block, dtype=getattr(torch, dtype)).view(n, block)
+            work = dist.all_to_all_single(rows, self.input(dtype, n * block, salt=12).view(n, block),
+                                          async_op=True)
+            work.wait()
+            self.assertBits(rows.reshape(-1), expected, f"all_to_all_single rows {dtype}")
+
+    def test_all_to_all_list_separate_and_views(self):
+        n, r, block = self.n, self.r, 11
+        for dtype in ("int8", "bfloat16", "float64"):
+            expected = np.concatenate(
+                [ref.rank_input(q, n * block, dtype, salt=13)[r * block:(r + 1) * block]
+                 for q in range(n)])
+            ins = [c.clone() for c in self.input(dtype, n * block, salt=13).chunk(n)]
+            separate = [torch.empty(block, dtype=getattr(torch, dtype)) for _ in range(n)]
+            dist.all_to_all(separate, ins)
+            self.assertBits(torch.cat(separate), expected, f"all_to_all separate {dtype}")
+            whole = torch.empty(n * block, dtype=getattr(torch, dtype))
+            dist.all_to_all(list(whole.chunk(n)), list(self.input(dtype, n * block,
+                                                                  salt=13).chunk(n)))
+            self.assertBits(whole, expected, f"all_to_all into views {dtype}")
+
     def test_barrier_and_point_to_point(self):
         dist.barrier()
         if self.n == 1:
