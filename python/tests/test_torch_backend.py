@@ -143,6 +143,9 @@ class BackendTests(unittest.TestCase):
         if self.r == 0:
             self.assertLess(posted_sec, DELAY_SEC / 2, "allreduce blocked the caller")
             self.assertFalse(work.is_completed(), "completed before the peers called")
+            if self.n > 1:  # Work.wait(timeout) gives up with the operation still running
+                with self.assertRaisesRegex(RuntimeError, "did not complete within"):
+                    work.wait(datetime.timedelta(seconds=DELAY_SEC / 10))
         work.wait()
         self.assertBits(t, ref.expected_reduction(self.n, 1000, "float32", "sum", salt=5),
                         "late allreduce")

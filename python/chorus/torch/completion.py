@@ -2,9 +2,10 @@
 
 Any thread (the autograd engine's, the user's) posts a non-blocking call and gets a
 torch.futures.Future at once; one thread per communicator waits for the requests in posting
-order (the order the library completes them in), with the GIL released inside chorus_wait, then
-runs the finishing step (e.g. copying out of a staging buffer) and completes the future, which
-runs DDP's callbacks. Tensors stay referenced by the queue entry until their request is done.
+order, with the GIL released inside chorus_wait, then runs the finishing step (e.g. copying out
+of a staging buffer) and completes the future, which runs DDP's callbacks. A caller that waits
+for one request (Work.wait) settles it itself (settle_now) rather than wait for the thread to
+reach it: whichever comes first runs the finishing step, once. Tensors stay referenced by the queue entry until their request is done.
 """
 
 import atexit
@@ -20,12 +21,14 @@ _JOIN_TIMEOUT_SEC = 60.0
 
 
 class _Entry:
-    __slots__ = ("record", "future", "finish")
+    __slots__ = ("record", "future", "finish", "lock", "settled")
 
     def __init__(self, record, future, finish):
         self.record = record  # chorus.comm._InFlight, holds the buffers
         self.future = future
         self.finish = finish  # () -> the future's value, run after success
+        self.lock = threading.Lock()
+        self.settled = False  # claimed by the thread that completes the future
 
 
 class CompletionThread:
@@ -51,6 +54,10 @@ class CompletionThread:
     def submit(self, coll, args, keepalive, finish, operation=None):
         """Posts chorus_i<coll>(*args) and returns a torch Future completed with finish()'s
         value, or with the ChorusError. Raises at once if the posting itself fails."""
+        return self.submit_entry(coll, args, keepalive, finish, operation).future
+
+    def submit_entry(self, coll, args, keepalive, finish, operation=None):
+        """submit(), returning the queue entry, which settle_now() and try_settle() take."""
         future = torch.futures.Future()
         with self._cond:
             if self._stopping:
@@ -67,8 +74,25 @@ class CompletionThread:
                 self.max_pending = max(self.max_pending, len(self._queue))
                 self._cond.notify()
         if outcome is not None:
-            self._settle(entry, *outcome)
-        return future
+            self._settle_once(entry, *outcome)
+        return entry
+
+    def settle_now(self, entry):
+        """Waits for the entry's request in the calling thread (GIL released) and completes
+        its future, unless that is done or under way: so Work.wait() returns as soon as its
+        own request completed, whatever the requests queued before it are doing."""
+        if not entry.future.done():
+            self._settle_once(entry, *self._comm.wait_record(entry.record))
+
+    def try_settle(self, entry):
+        """settle_now() if the request has completed; returns whether the future is done or
+        being completed."""
+        if not entry.future.done():
+            outcome = self._comm.test_record(entry.record)
+            if outcome is None:
+                return False
+            self._settle_once(entry, *outcome)
+        return True
 
     def shutdown(self):
         """Lets the queued requests complete, then stops the thread. Idempotent."""
@@ -105,6 +129,13 @@ class CompletionThread:
 
     def _complete(self, entry):
         status, detail = self._comm.wait_record(entry.record)
+        self._settle_once(entry, status, detail)
+
+    def _settle_once(self, entry, status, detail):
+        with entry.lock:
+            if entry.settled:
+                return  # another thread completes (or completed) the future
+            entry.settled = True
         self._settle(entry, status, detail)
 
     def _settle(self, entry, status, detail):

@@ -215,8 +215,9 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def _work(self, coll, args, keepalive, finish, operation=None):
         operation = operation or coll
-        future = self._engine_or_raise().submit(coll, args, keepalive, finish, operation)
-        return ChorusWork(future, operation, self._keeper)
+        engine = self._engine_or_raise()
+        entry = engine.submit_entry(coll, args, keepalive, finish, operation)
+        return ChorusWork(entry.future, operation, self._keeper, engine=engine, entry=entry)
 
     def _describe_failure(self, status, operation):
         """The head of a failed operation's error: which backend, operation and rank, and for

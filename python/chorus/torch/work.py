@@ -23,10 +23,12 @@ result. So:
 import collections
 import datetime
 import threading
+import time
 
 from torch._C._distributed_c10d import Work as _C10dWork
 
 _NO_TIMEOUT = datetime.timedelta(0)
+_FIRST_POLL_SEC, _LAST_POLL_SEC = 0.0005, 0.05
 
 
 def _value_or_raise(future):
@@ -43,9 +45,12 @@ class ChorusWork(_C10dWork):
     """A posted operation. `future` is the torch.futures.Future the completion thread
     completes with the operation's value (a list of tensors) or with set_exception."""
 
-    def __init__(self, future, operation, keeper=None, source_rank=None):
+    def __init__(self, future, operation, keeper=None, source_rank=None, engine=None,
+                 entry=None):
         super().__init__()
         self._future = future
+        self._engine = engine  # the CompletionThread and queue entry, to settle in wait()
+        self._entry = entry
         self._checked = None  # made by the first get_future(): callers that only wait skip it
         self._operation = operation
         self._source_rank_value = source_rank  # an int, or a callable for any-source receives
@@ -58,8 +63,11 @@ class ChorusWork(_C10dWork):
 
     def wait(self, timeout=_NO_TIMEOUT):
         self.looked_at = True
-        if timeout and timeout > _NO_TIMEOUT and not self._future.done():
-            self._wait_until_done(timeout)
+        if not self._future.done():
+            if timeout and timeout > _NO_TIMEOUT:
+                self._wait_until_done(timeout)
+            elif self._engine is not None:
+                self._engine.settle_now(self._entry)
         self._future.wait()  # raises the ChorusError of a failed operation
         return True
 
@@ -109,12 +117,19 @@ class ChorusWork(_C10dWork):
     # ---- helpers ----
 
     def _wait_until_done(self, timeout):
-        done = threading.Event()
-        self._future.add_done_callback(lambda _future: done.set())
-        if not done.wait(timeout.total_seconds()):
-            raise RuntimeError(f"chorus: {self._operation} did not complete within "
-                               f"{timeout.total_seconds():g} s (Work.wait timeout); it is "
-                               f"still running")
+        """Polls the request (it may complete before the thread reaches it) until it is done
+        or the caller's timeout expires."""
+        deadline = time.monotonic() + timeout.total_seconds()
+        pause = _FIRST_POLL_SEC
+        while not self._future.done():
+            if self._engine is not None and self._engine.try_settle(self._entry):
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"chorus: {self._operation} did not complete within "
+                                   f"{timeout.total_seconds():g} s (Work.wait timeout); it "
+                                   f"is still running")
+            time.sleep(pause)
+            pause = min(pause * 2, _LAST_POLL_SEC)
 
     def __repr__(self):
         state = "running"
