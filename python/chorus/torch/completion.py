@@ -87,11 +87,22 @@ class CompletionThread:
     def try_settle(self, entry):
         """settle_now() if the request has completed; returns whether the future is done or
         being completed."""
-        if not entry.future.done():
-            outcome = self._comm.test_record(entry.record)
-            if outcome is None:
-                return False
-            self._settle_once(entry, *outcome)
+        if entry.future.done():
+            return True
+        record = entry.record
+        # Never block: the completion thread (or another waiter) holds the record's lock for
+        # as long as it waits in chorus_wait, and then it settles the entry itself.
+        if not record.lock.acquire(blocking=False):
+            return False
+        try:
+            if record.status is None:
+                self._comm._test_record(record)  # test_record() without taking the lock
+            outcome = None if record.status is None else (record.status, record.error)
+        finally:
+            record.lock.release()
+        if outcome is None:
+            return False
+        self._settle_once(entry, *outcome)
         return True
 
     def shutdown(self):
