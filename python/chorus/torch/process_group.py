@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from .. import _buffers, _lib
 from ..comm import Communicator
-from .completion import CompletionThread
+from .completion import COLLECTIVES, POINT_TO_POINT, CompletionThread
 from .sparse import sparse_allreduce
 from .work import ChorusWork, WorkKeeper
 
@@ -213,10 +213,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     # ---- helpers ----
 
-    def _work(self, coll, args, keepalive, finish, operation=None):
+    def _work(self, coll, args, keepalive, finish, operation=None, lane=COLLECTIVES):
         operation = operation or coll
         engine = self._engine_or_raise()
-        entry = engine.submit_entry(coll, args, keepalive, finish, operation)
+        entry = engine.submit_entry(coll, args, keepalive, finish, operation, lane)
         return ChorusWork(entry.future, operation, self._keeper, engine=engine, entry=entry)
 
     def _describe_failure(self, status, operation):
@@ -347,13 +347,13 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensors = _single(tensors, "send")
         buf = self._buf(tensors[0], "send")
         args = (buf.address, buf.count, buf.dtype_code, int(dstRank))
-        return self._work("send", args, (tensors, buf), lambda: tensors)
+        return self._work("send", args, (tensors, buf), lambda: tensors, lane=POINT_TO_POINT)
 
     def recv(self, tensors, srcRank, tag=0):  # noqa: N803
         tensors = _single(tensors, "recv")
         buf = self._buf(tensors[0], "recv")
         args = (buf.address, buf.count, buf.dtype_code, int(srcRank))
-        return self._work("recv", args, (tensors, buf), lambda: tensors)
+        return self._work("recv", args, (tensors, buf), lambda: tensors, lane=POINT_TO_POINT)
 
     # ---- collectives that torch.distributed calls from Python only ----
 
