@@ -10,7 +10,8 @@ It prints the counts, each test's time under both backends, and the tests chorus
 one-line reason, and exits 1 when chorus fails a test gloo passes, other than the five
 monitored_barrier tests torch 1.13 restricts to the backend named gloo, or when a test takes
 more than 3x gloo's time (and over TIME_FLOOR_SEC more: a test's ranks spawn in 2-4 s on
-this machine, so smaller differences are noise). The last line is "suite: N passed, N failed".
+this machine, so smaller differences are noise). A test that looks too slow is run again, both
+backends, up to RETIMES times, and each backend's shortest time counts. The last line is "suite: N passed, N failed".
 
     tests/torchsuite/run_suite.sh [--build DIR] [--out DIR] [--ws3 MODE] [-k pattern ...]
 """
@@ -29,6 +30,7 @@ PYTHON = "/usr/bin/python3"
 TIME_RATIO_LIMIT = 3.0
 TIME_FLOOR_SEC = 1.5
 RUN_TIMEOUT_SEC = 4 * 3600
+RETIMES = 2
 
 # torch 1.13's monitored_barrier raises this for every backend not named "gloo"
 # (distributed_c10d checks the name), so no third-party backend can pass its tests.
@@ -37,10 +39,10 @@ GLOO_ONLY_MESSAGE = "monitored_barrier is only implemented for GLOO backend"
 SMALL_WORLD_REASON = "Skipped due to small world size."
 
 
-def run_world_size(world_size, tests, out_dir, patterns):
+def run_world_size(world_size, tests, out_dir, patterns, tag=None):
     """Runs dist_suite.py (gloo, then chorus, test by test) at one world size; returns
     {test: {backend: record}}. tests: the names to run (None: the selection, by patterns)."""
-    tag = f"ws{world_size}"
+    tag = tag or f"ws{world_size}"
     results = os.path.join(out_dir, f"{tag}.json")
     log = os.path.join(out_dir, f"{tag}.log")
     command = [PYTHON, SUITE, "--results", results]
@@ -84,6 +86,30 @@ def reason_line(record):
     return chosen[:300]
 
 
+def too_slow(mine, control):
+    ratio = mine["seconds"] / max(control["seconds"], 0.01)
+    return (mine["outcome"] != "skip" and ratio > TIME_RATIO_LIMIT
+            and mine["seconds"] - control["seconds"] > TIME_FLOOR_SEC)
+
+
+def retime(world_size, records, out_dir):
+    """Runs the tests that look over the time limit RETIMES more times, both backends, and
+    keeps each backend's shortest time: on a shared 2-core machine one run of a test can take
+    several times another for reasons of its own."""
+    for round_number in range(1, RETIMES + 1):
+        slow = {name for name, runs in records.items()
+                if "chorus" in runs and too_slow(runs["chorus"], runs["gloo"])}
+        if not slow:
+            return
+        again = run_world_size(world_size, slow, out_dir, [],
+                               tag=f"ws{world_size}-retime{round_number}")
+        for name, runs in again.items():
+            for backend, record in runs.items():
+                kept = records[name][backend]
+                kept.setdefault("times", [kept["seconds"]]).append(record["seconds"])
+                kept["seconds"] = min(kept["times"])
+
+
 def compare(world_size, gloo, chorus):
     """(regressions, allowed, slow, lines): chorus failures of tests gloo passes, those of
     them torch keeps for gloo, tests over the time limit, and the report's lines."""
@@ -93,7 +119,6 @@ def compare(world_size, gloo, chorus):
         if control is None:
             continue
         ratio = mine["seconds"] / max(control["seconds"], 0.01)
-        over = ratio > TIME_RATIO_LIMIT and mine["seconds"] - control["seconds"] > TIME_FLOOR_SEC
         mark = ""
         if mine["outcome"] in ("fail", "error") and control["outcome"] == "pass":
             if name.startswith(GLOO_ONLY_PREFIX) and GLOO_ONLY_MESSAGE in mine["reason"]:
@@ -102,7 +127,7 @@ def compare(world_size, gloo, chorus):
             else:
                 mark = "REGRESSION"
                 regressions.append(name)
-        if over and mine["outcome"] != "skip":
+        if too_slow(mine, control):
             slow.append(name)
             mark = (mark + " " if mark else "") + f"SLOW ({ratio:.1f}x gloo)"
         lines.append(f"  ws{world_size} {name:<64} gloo {control['outcome']:<5} "
@@ -146,6 +171,7 @@ def main():
 
     plans = []  # (world size, gloo records, chorus records)
     records2 = run_world_size(2, None, args.out, args.patterns)
+    retime(2, records2, args.out)
     gloo2 = by_backend(records2, "gloo")
     plans.append((2, gloo2, by_backend(records2, "chorus")))
     if args.ws3 != "none":
@@ -154,6 +180,7 @@ def main():
             wanted = {name for name, record in gloo2.items()
                       if record["outcome"] == "skip" and record["reason"] == SMALL_WORLD_REASON}
         records3 = run_world_size(3, wanted, args.out, args.patterns)
+        retime(3, records3, args.out)
         plans.append((3, by_backend(records3, "gloo"), by_backend(records3, "chorus")))
 
     regressions, allowed, slow, time_lines = [], [], [], []
