@@ -156,6 +156,49 @@ def _copy_blocks_in(flat, tensors):
         flat.view(len(tensors), -1)[index].copy_(tensor.reshape(-1))
 
 
+def _coalesced_buffer(tensors, what):
+    """(flat, needs_copy): one contiguous 1-D buffer holding the tensors end to end, itself
+    when they already are consecutive views of one storage."""
+    if not tensors:
+        raise ValueError(f"chorus: {what} needs at least one tensor")
+    first = tensors[0]
+    for tensor in tensors:
+        if tensor.dtype != first.dtype:
+            raise ValueError(f"chorus: {what} needs tensors of one dtype, got {first.dtype} "
+                             f"and {tensor.dtype}")
+        if not tensor.is_cpu or tensor.layout != torch.strided:
+            raise ValueError(f"chorus: {what} needs dense CPU tensors")
+    total = sum(tensor.numel() for tensor in tensors)
+    if _laid_end_to_end(tensors):
+        return first.as_strided((total,), (1,), first.storage_offset()), False
+    return torch.empty(total, dtype=first.dtype), True
+
+
+def _laid_end_to_end(tensors):
+    first = tensors[0]
+    address = first.data_ptr()
+    for tensor in tensors:
+        if (not tensor.is_contiguous() or tensor.data_ptr() != address
+                or tensor.storage().data_ptr() != first.storage().data_ptr()):
+            return False
+        address += tensor.numel() * tensor.element_size()
+    return True
+
+
+def _copy_flat_in(flat, tensors):
+    offset = 0
+    for tensor in tensors:
+        flat[offset:offset + tensor.numel()].copy_(tensor.reshape(-1))
+        offset += tensor.numel()
+
+
+def _copy_flat_out(flat, tensors):
+    offset = 0
+    for tensor in tensors:
+        tensor.copy_(flat[offset:offset + tensor.numel()].view(tensor.shape))
+        offset += tensor.numel()
+
+
 def _env_sec(variable):
     value = os.environ.get(variable)
     return int(value) if value else 0
@@ -337,6 +380,55 @@ class ProcessGroupChorus(dist.ProcessGroup):
         args = (send.address, recv.address, recv.count, recv.dtype_code, op)
         return self._work("reduce_scatter", args, (input_tensor, output_tensor, send, recv),
                           lambda: [output_tensor])
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        """One allreduce over the tensors laid end to end (the fusion NCCL's groups make):
+        tensors of one dtype, as gloo requires; in place when they already are consecutive
+        views of one buffer, else through a staging buffer."""
+        tensors = _as_tensor_list(tensors)
+        flat, needs_copy = _coalesced_buffer(tensors, "allreduce_coalesced")
+        if needs_copy:
+            _copy_flat_in(flat, tensors)
+        buf = self._buf(flat, "allreduce_coalesced")
+        op = self._comm_op(_reduce_op_of(opts))
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
+
+        def finish():
+            if needs_copy:
+                _copy_flat_out(flat, tensors)
+            return tensors
+
+        return self._work("allreduce", args, (tensors, flat, buf), finish,
+                          "allreduce_coalesced")
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        """One allgather of the inputs laid end to end; rank r's block is split into
+        output_lists[r]. Inputs of one dtype (as gloo); outputs shaped like the inputs."""
+        inputs = _as_tensor_list(input_tensors)
+        outputs = [_as_tensor_list(outs) for outs in output_lists]
+        if len(outputs) != self.size():
+            raise ValueError(f"chorus: allgather_coalesced needs {self.size()} output lists")
+        for outs in outputs:
+            if len(outs) != len(inputs):
+                raise ValueError("chorus: allgather_coalesced needs one output per input in "
+                                 "every rank's list")
+            for out, tensor in zip(outs, inputs):
+                _check_same_shape([out], tensor, "allgather_coalesced output")
+        send_flat, needs_copy = _coalesced_buffer(inputs, "allgather_coalesced")
+        if needs_copy:
+            _copy_flat_in(send_flat, inputs)
+        recv_flat = torch.empty(self.size() * send_flat.numel(), dtype=send_flat.dtype)
+        send = self._buf(send_flat, "allgather_coalesced input")
+        recv = self._buf(recv_flat, "allgather_coalesced output")
+        args = (send.address, recv.address, send.count, send.dtype_code)
+
+        def finish():
+            for block, outs in zip(recv_flat.view(self.size(), -1), outputs):
+                _copy_flat_out(block, outs)
+            return [out for outs in outputs for out in outs]
+
+        keep = (inputs, outputs, send_flat, recv_flat, send, recv)
+        return self._work("allgather", args, keep, finish, "allgather_coalesced")
 
     def barrier(self, opts=None):
         return self._work("barrier", (), (), lambda: [])
