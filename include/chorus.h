@@ -203,14 +203,17 @@ CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm);
 CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* path);
 
 /* ---- registered memory ----
- * Buffers that every rank of the host can map, so same-host collectives on them copy nothing
+ * Buffers that every rank of a host can map, so same-host collectives on them copy nothing
  * into staging areas (the models are NCCL's ncclMemAlloc and HCCL's symmetric windows). */
 
-/* Allocates `bytes` of registered memory on every rank. Collective: every rank calls it with the
- * same size, in the same order. A collective whose send and receive buffers both lie in
- * registered memory on every rank takes the zero-copy path (every rank must do the same, or the
- * call fails with ERR_MISMATCH). Returns OK, ERR_INVALID_ARG, ERR_NO_MEMORY, ERR_SYSTEM,
- * ERR_NOT_SUPPORTED (ranks on several hosts), and the errors of a collective. */
+/* Allocates `bytes` of registered memory on every rank; the ranks of each host map each
+ * other's regions. Collective: every rank calls it with the same size, in the same order. A
+ * collective of a communicator on one host whose send and receive buffers lie in registered
+ * memory on every rank takes the zero-copy path (every rank must do the same, or the call fails
+ * with ERR_MISMATCH); on several hosts the memory is usable by every collective and is treated
+ * as any other buffer. Returns OK, ERR_INVALID_ARG, ERR_NO_MEMORY, ERR_SYSTEM,
+ * ERR_NOT_SUPPORTED (the ranks of some host share no memory: CHORUS_SHM_DISABLE), and the
+ * errors of a collective. */
 CHORUS_API chorus_status_t chorus_mem_alloc(chorus_comm_t* comm, size_t bytes, void** ptr);
 /* Releases memory from chorus_mem_alloc. Not collective; the memory lives on until every rank
  * has freed it (or destroyed the communicator). Returns OK or ERR_INVALID_ARG. */
@@ -251,6 +254,67 @@ CHORUS_API chorus_status_t chorus_scatter(const void* sendbuf, void* recvbuf, si
                                           chorus_dtype_t dtype, int root, chorus_comm_t* comm);
 /* Returns once every rank has entered the barrier. */
 CHORUS_API chorus_status_t chorus_barrier(chorus_comm_t* comm);
+
+/* ---- variable-size collectives (MPI's v-forms) ----
+ * Counts and displacements are in elements, one per rank, indexed by rank. A displacement
+ * array may be NULL: the blocks then lie back to back in rank order (displs[i] = the sum of the
+ * counts before i). An empty block's displacement is never used. Receive blocks must not
+ * overlap each other; send blocks may. The arrays are read and copied when the call is made
+ * (after a non-blocking twin returns they may be freed or changed). Any rank's count may be 0.
+ * Ranks must agree on the counts: where all see them (allgatherv's and reduce_scatterv's
+ * recvcounts, the same on every rank), and pair by pair (what rank a sends rank b is what b
+ * expects from a). A disagreement is found in the frames (the counts travel with the data,
+ * empty blocks included): the ranks that exchange data with a disagreeing rank fail with
+ * ERR_MISMATCH, and the abort frames they send every peer fail the ranks still in the call
+ * with ERR_MISMATCH too; never is data of another size delivered (a rank whose own exchanges
+ * all agreed may have completed, with the data it expected). Statuses: those of every
+ * collective above; ERR_INVALID_ARG also for a NULL counts array the rank uses, a block that
+ * ends beyond the address space ((displacement + count) x dtype size over SIZE_MAX / 2),
+ * overlapping receive blocks, and a rank's own counts that contradict each other
+ * (allgatherv's sendcount vs recvcounts[rank], alltoallv's sendcounts[rank] vs
+ * recvcounts[rank], ...). In place: each call below says when. Algorithms: ring (allgatherv,
+ * reduce_scatterv), pairwise (alltoallv), linear (gatherv, scatterv). */
+
+/* Rank i's sendbuf (sendcount elements, == recvcounts[i]) lands in every rank's recvbuf at
+ * displs[i]. In place when sendbuf == recvbuf + displs[rank] elements. Statuses: the above;
+ * ERR_MISMATCH when ranks pass different recvcounts. */
+CHORUS_API chorus_status_t chorus_allgatherv(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                             const size_t* recvcounts, const size_t* displs,
+                                             chorus_dtype_t dtype, chorus_comm_t* comm);
+/* sendbuf holds sum(recvcounts) elements, the n blocks back to back in rank order (no
+ * displacements, as MPI_Reduce_scatter); rank r's recvbuf gets block r (recvcounts[r]
+ * elements) of the element-wise reduction over ranks. In place when recvbuf == sendbuf + the
+ * sum of recvcounts[0 .. r) elements (the result overwrites the rank's own input block).
+ * Statuses: the above; ERR_MISMATCH when ranks pass different recvcounts. */
+CHORUS_API chorus_status_t chorus_reduce_scatterv(const void* sendbuf, void* recvbuf,
+                                                  const size_t* recvcounts, chorus_dtype_t dtype,
+                                                  chorus_op_t op, chorus_comm_t* comm);
+/* The sendcounts[j] elements at sdispls[j] of rank i's sendbuf land at rdispls[i] of rank j's
+ * recvbuf, which expects recvcounts[i] of them. In place when sendbuf == recvbuf: each block of
+ * recvbuf (recvcounts, rdispls) is sent to its rank and replaced by what that rank sends;
+ * sendcounts and sdispls must then be NULL or equal recvcounts and rdispls. Statuses: the
+ * above; ERR_MISMATCH when a rank sends a peer another count than the peer expects. */
+CHORUS_API chorus_status_t chorus_alltoallv(const void* sendbuf, const size_t* sendcounts,
+                                            const size_t* sdispls, void* recvbuf,
+                                            const size_t* recvcounts, const size_t* rdispls,
+                                            chorus_dtype_t dtype, chorus_comm_t* comm);
+/* Root's recvbuf receives rank i's sendbuf (sendcount elements) at displs[i], recvcounts[i]
+ * elements. recvbuf, recvcounts and displs are read on root only (may be NULL elsewhere). In
+ * place when root's sendbuf == recvbuf + displs[root] elements. The root confirms each block it
+ * accepts with an empty frame, so a rank whose count it does not expect learns it too.
+ * Statuses: the above; ERR_MISMATCH when a rank's sendcount is not root's recvcounts[rank]. */
+CHORUS_API chorus_status_t chorus_gatherv(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                          const size_t* recvcounts, const size_t* displs,
+                                          chorus_dtype_t dtype, int root, chorus_comm_t* comm);
+/* The sendcounts[i] elements at displs[i] of root's sendbuf land in rank i's recvbuf
+ * (recvcount elements). sendbuf, sendcounts and displs are read on root only (may be NULL
+ * elsewhere). In place when root's recvbuf == sendbuf + displs[root] elements. Every rank
+ * confirms its block with an empty frame to the root, so the root learns of a rank that
+ * expects another count. Statuses: the above; ERR_MISMATCH when a rank's recvcount is not
+ * root's sendcounts[rank]. */
+CHORUS_API chorus_status_t chorus_scatterv(const void* sendbuf, const size_t* sendcounts,
+                                           const size_t* displs, void* recvbuf, size_t recvcount,
+                                           chorus_dtype_t dtype, int root, chorus_comm_t* comm);
 
 /* Point to point. Messages between a pair arrive in the order they were sent. Operations of
  * one communicator execute in the order they were posted, so two ranks that both send a large
@@ -293,6 +357,27 @@ CHORUS_API chorus_status_t chorus_iscatter(const void* sendbuf, void* recvbuf, s
                                            chorus_dtype_t dtype, int root, chorus_comm_t* comm,
                                            chorus_req_t** req);
 CHORUS_API chorus_status_t chorus_ibarrier(chorus_comm_t* comm, chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_iallgatherv(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                              const size_t* recvcounts, const size_t* displs,
+                                              chorus_dtype_t dtype, chorus_comm_t* comm,
+                                              chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_ireduce_scatterv(const void* sendbuf, void* recvbuf,
+                                                   const size_t* recvcounts, chorus_dtype_t dtype,
+                                                   chorus_op_t op, chorus_comm_t* comm,
+                                                   chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_ialltoallv(const void* sendbuf, const size_t* sendcounts,
+                                             const size_t* sdispls, void* recvbuf,
+                                             const size_t* recvcounts, const size_t* rdispls,
+                                             chorus_dtype_t dtype, chorus_comm_t* comm,
+                                             chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_igatherv(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                           const size_t* recvcounts, const size_t* displs,
+                                           chorus_dtype_t dtype, int root, chorus_comm_t* comm,
+                                           chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_iscatterv(const void* sendbuf, const size_t* sendcounts,
+                                            const size_t* displs, void* recvbuf, size_t recvcount,
+                                            chorus_dtype_t dtype, int root, chorus_comm_t* comm,
+                                            chorus_req_t** req);
 CHORUS_API chorus_status_t chorus_isend(const void* buf, size_t count, chorus_dtype_t dtype,
                                         int peer, chorus_comm_t* comm, chorus_req_t** req);
 CHORUS_API chorus_status_t chorus_irecv(void* buf, size_t count, chorus_dtype_t dtype, int peer,

@@ -155,6 +155,22 @@ def _declare_prototypes(lib):
         _declare(lib, "chorus_" + coll, st, args)
         _declare(lib, "chorus_i" + coll, st, args + [preq])
 
+    # The variable-size collectives (counts and displacements: size_t arrays, one per rank, or
+    # None for NULL). Declared when the library has them, so that an older libchorus still
+    # loads (the methods then say what is missing).
+    psz = ctypes.POINTER(ctypes.c_size_t)
+    v_collective_args = {
+        "allgatherv": [cvp, sz, vp, psz, psz, i, comm],
+        "reduce_scatterv": [cvp, vp, psz, i, i, comm],
+        "alltoallv": [cvp, psz, psz, vp, psz, psz, i, comm],
+        "gatherv": [cvp, sz, vp, psz, psz, i, i, comm],
+        "scatterv": [cvp, psz, psz, vp, sz, i, i, comm],
+    }
+    for coll, args in v_collective_args.items():
+        if hasattr(lib, "chorus_" + coll):
+            _declare(lib, "chorus_" + coll, st, args)
+            _declare(lib, "chorus_i" + coll, st, args + [preq])
+
     _declare(lib, "chorus_test", st, [vp, pint])
     _declare(lib, "chorus_wait", st, [vp])
     _declare(lib, "chorus_req_free", None, [vp])

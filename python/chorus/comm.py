@@ -401,6 +401,142 @@ class Communicator:
                 send.dtype_code)
         return self._run("sendrecv", args, (send, recv), out, async_op)
 
+    # ---- variable-size collectives ----
+    # Counts and displacements are element counts, one per rank, in rank order: any sequence
+    # of non-negative integers (list, tuple, numpy array, torch tensor). Displacements None:
+    # the blocks lie back to back in rank order. The library copies them when the call is
+    # posted. Outputs not given are allocated flat (1-D), as long as the blocks need. Every
+    # method has the low-level twin prepare("<name>", ...) for post().
+
+    def allgatherv(self, buffer, counts, out=None, displs=None, *, dtype=None, async_op=False):
+        """Rank i's buffer (counts[i] elements) lands in every rank's out at displs[i]. In place
+        when buffer is this rank's block of out (a view at displs[rank]). Returns out."""
+        return self._run_v("allgatherv", async_op, buffer, counts, out, displs, dtype=dtype)
+
+    def reduce_scatterv(self, buffer, counts, op="sum", out=None, *, dtype=None, async_op=False):
+        """buffer holds sum(counts) elements, rank i's block (counts[i]) after rank i-1's; this
+        rank's out (counts[rank] elements) gets its block of the element-wise reduction over
+        ranks. In place when out is this rank's block of buffer (a view). Returns out."""
+        return self._run_v("reduce_scatterv", async_op, buffer, counts, op, out, dtype=dtype)
+
+    def alltoallv(self, buffer, send_counts, recv_counts, out=None, send_displs=None,
+                  recv_displs=None, *, dtype=None, async_op=False):
+        """The send_counts[j] elements at send_displs[j] of this rank's buffer land in rank j's
+        out at its recv_displs[rank]; recv_counts[i] is what this rank expects from rank i.
+        In place when out is buffer: its blocks (recv_counts, recv_displs) are sent and
+        replaced, and send_counts/send_displs must be None or equal them. Returns out."""
+        return self._run_v("alltoallv", async_op, buffer, send_counts, recv_counts, out,
+                           send_displs, recv_displs, dtype=dtype)
+
+    def gatherv(self, buffer, counts=None, root=0, out=None, displs=None, *, dtype=None,
+                async_op=False):
+        """root's out receives rank i's buffer (counts[i] elements) at displs[i]. counts, out
+        and displs are used on root only (None elsewhere). Returns out on root, None
+        elsewhere."""
+        return self._run_v("gatherv", async_op, buffer, counts, root, out, displs, dtype=dtype)
+
+    def scatterv(self, buffer, counts, out, root=0, displs=None, *, dtype=None, async_op=False):
+        """The counts[i] elements at displs[i] of root's buffer land in rank i's out (all of
+        it: out's size is what this rank expects). buffer, counts and displs are used on root
+        only (None elsewhere). Returns out."""
+        return self._run_v("scatterv", async_op, buffer, counts, out, root, displs, dtype=dtype)
+
+    def prepare(self, coll, *call_args, **call_kwargs):
+        """The library call a variable-size method would make, for post(): returns (args,
+        keepalive, result) for coll in "allgatherv", "reduce_scatterv", "alltoallv",
+        "gatherv", "scatterv", given that method's arguments (without async_op); result is
+        what the method returns. Raises as the method would for bad arguments."""
+        preparer = getattr(self, "_prepare_" + str(coll), None)
+        if preparer is None:
+            raise ValueError(f"prepare: {coll!r} is not a variable-size collective")
+        self._require_symbol(coll)
+        return preparer(*call_args, **call_kwargs)
+
+    def _run_v(self, coll, async_op, *call_args, **call_kwargs):
+        args, keepalive, result = self.prepare(coll, *call_args, **call_kwargs)
+        return self._run(coll, args, keepalive, result, async_op)
+
+    def _prepare_allgatherv(self, buffer, counts, out=None, displs=None, *, dtype=None):
+        send = as_buffer(buffer, dtype=dtype, what="allgatherv buffer")
+        counts_c, counts_v = self._size_array(counts, "allgatherv counts")
+        displs_c, extent = self._displacements(displs, counts_v, "allgatherv displs")
+        out = self._output_or_new(out, send, extent, (extent,))
+        recv = as_buffer(out, dtype=send.dtype, writable=True, what="allgatherv out")
+        self._require_at_least(recv, extent, "allgatherv out")
+        args = (send.address, send.count, recv.address, counts_c, displs_c, send.dtype_code)
+        return args, (send, recv), out
+
+    def _prepare_reduce_scatterv(self, buffer, counts, op="sum", out=None, *, dtype=None):
+        send = as_buffer(buffer, dtype=dtype, what="reduce_scatterv buffer")
+        counts_c, counts_v = self._size_array(counts, "reduce_scatterv counts")
+        self._require_count(send, sum(counts_v), "reduce_scatterv buffer")
+        mine = counts_v[self._rank]
+        out = self._output_or_new(out, send, mine, (mine,))
+        recv = as_buffer(out, dtype=send.dtype, writable=True, what="reduce_scatterv out")
+        self._require_count(recv, mine, "reduce_scatterv out")
+        args = (send.address, recv.address, counts_c, send.dtype_code, _op_code(op))
+        return args, (send, recv), out
+
+    def _prepare_alltoallv(self, buffer, send_counts, recv_counts, out=None, send_displs=None,
+                           recv_displs=None, *, dtype=None):
+        in_place = out is buffer
+        send = as_buffer(buffer, dtype=dtype, writable=in_place, what="alltoallv buffer")
+        recv_c, recv_v = self._size_array(recv_counts, "alltoallv recv_counts")
+        rdispls_c, recv_extent = self._displacements(recv_displs, recv_v, "alltoallv recv_displs")
+        send_c = sdispls_c = None
+        if not in_place or send_counts is not None:
+            send_c, send_v = self._size_array(send_counts, "alltoallv send_counts")
+            sdispls_c, send_extent = self._displacements(send_displs, send_v,
+                                                         "alltoallv send_displs")
+            self._require_at_least(send, send_extent, "alltoallv buffer")
+        elif send_displs is not None:
+            sdispls_c, _ = self._displacements(send_displs, recv_v, "alltoallv send_displs")
+        out = self._output_or_new(out, send, recv_extent, (recv_extent,))
+        recv = send if in_place else as_buffer(out, dtype=send.dtype, writable=True,
+                                               what="alltoallv out")
+        self._require_at_least(recv, recv_extent, "alltoallv out")
+        args = (send.address, send_c, sdispls_c, recv.address, recv_c, rdispls_c,
+                send.dtype_code)
+        return args, (send, recv), out
+
+    def _prepare_gatherv(self, buffer, counts=None, root=0, out=None, displs=None, *,
+                         dtype=None):
+        send = as_buffer(buffer, dtype=dtype, what="gatherv buffer")
+        keep, result = [send], None
+        recv_address = counts_c = displs_c = None
+        if self._rank == root:
+            counts_c, counts_v = self._size_array(counts, "gatherv counts")
+            displs_c, extent = self._displacements(displs, counts_v, "gatherv displs")
+            out = self._output_or_new(out, send, extent, (extent,))
+            recv = as_buffer(out, dtype=send.dtype, writable=True, what="gatherv out")
+            self._require_at_least(recv, extent, "gatherv out")
+            keep.append(recv)
+            recv_address, result = recv.address, out
+        args = (send.address, send.count, recv_address, counts_c, displs_c, send.dtype_code,
+                int(root))
+        return args, tuple(keep), result
+
+    def _prepare_scatterv(self, buffer, counts, out, root=0, displs=None, *, dtype=None):
+        recv = as_buffer(out, dtype=dtype, writable=True, what="scatterv out")
+        keep = [recv]
+        send_address = counts_c = displs_c = None
+        if self._rank == root:
+            send = as_buffer(buffer, dtype=recv.dtype, what="scatterv buffer")
+            counts_c, counts_v = self._size_array(counts, "scatterv counts")
+            displs_c, extent = self._displacements(displs, counts_v, "scatterv displs")
+            self._require_at_least(send, extent, "scatterv buffer")
+            keep.append(send)
+            send_address = send.address
+        args = (send_address, counts_c, displs_c, recv.address, recv.count, recv.dtype_code,
+                int(root))
+        return args, tuple(keep), out
+
+    iallgatherv = functools.partialmethod(allgatherv, async_op=True)
+    ireduce_scatterv = functools.partialmethod(reduce_scatterv, async_op=True)
+    ialltoallv = functools.partialmethod(alltoallv, async_op=True)
+    igatherv = functools.partialmethod(gatherv, async_op=True)
+    iscatterv = functools.partialmethod(scatterv, async_op=True)
+
     iallreduce = functools.partialmethod(allreduce, async_op=True)
     ibroadcast = functools.partialmethod(broadcast, async_op=True)
     ireduce = functools.partialmethod(reduce, async_op=True)
@@ -559,6 +695,45 @@ class Communicator:
     @staticmethod
     def _output_or_new(out, send, count, shape):
         return new_like(send, count, shape) if out is None else out
+
+    def _size_array(self, values, what):
+        """(ctypes size_t array, list of ints) of one non-negative count per rank."""
+        if values is None:
+            raise python_side_error("CHORUS_ERR_INVALID_ARG", f"{what} is None")
+        try:
+            ints = [int(v) for v in values]
+        except (TypeError, ValueError) as exc:
+            raise python_side_error("CHORUS_ERR_INVALID_ARG",
+                                    f"{what}: expected a sequence of integers ({exc})") from None
+        if len(ints) != self._size:
+            raise python_side_error("CHORUS_ERR_INVALID_ARG",
+                                    f"{what} has {len(ints)} entries, expected one per rank "
+                                    f"({self._size})")
+        negative = [v for v in ints if v < 0]
+        if negative:
+            raise python_side_error("CHORUS_ERR_INVALID_ARG",
+                                    f"{what} holds a negative value ({negative[0]})")
+        return (ctypes.c_size_t * len(ints))(*ints), ints
+
+    def _displacements(self, displs, counts, what):
+        """(ctypes array or None, extent): the elements a buffer needs for these blocks, back to
+        back when displs is None, else up to the end of the last non-empty one."""
+        if displs is None:
+            return None, sum(counts)
+        displs_c, displs_v = self._size_array(displs, what)
+        return displs_c, max((d + c for d, c in zip(displs_v, counts) if c), default=0)
+
+    def _require_symbol(self, coll):
+        if not hasattr(_lib_handle, "chorus_" + coll):
+            raise python_side_error("CHORUS_ERR_NOT_SUPPORTED",
+                                    f"the loaded libchorus ({_lib.library_path}) has no "
+                                    f"chorus_{coll}: it is older than this package")
+
+    @staticmethod
+    def _require_at_least(buf, count, what):
+        if buf.count < count:
+            raise python_side_error("CHORUS_ERR_INVALID_ARG",
+                                    f"{what} has {buf.count} elements, the blocks need {count}")
 
     @staticmethod
     def _require_count(buf, count, what):

@@ -84,7 +84,9 @@ class TorchKind:
         return list(buf.reshape(nrows, -1).unbind(0))
 
 
-class CollectiveTests(unittest.TestCase):
+class KindTestCase(unittest.TestCase):
+    """Cases that every rank runs on its communicator `comm`, with buffers of `kind`."""
+
     comm = None
     kind = None
 
@@ -107,6 +109,9 @@ class CollectiveTests(unittest.TestCase):
             self.fail(f"{what}: wrong elements at {bad.tolist()}: got "
                       f"{got.reshape(-1)[bad].tolist()}, expected "
                       f"{np.asarray(expected).reshape(-1)[bad].tolist()}")
+
+
+class CollectiveTests(KindTestCase):
 
     # ---- reductions ----
 
@@ -367,7 +372,10 @@ def make_comm():
     return chorus.Communicator.from_unique_id(1, 0, chorus.UniqueId.new())
 
 
-def main():
+def run_tests(test_class, title):
+    """Runs the unittest cases of the calling script (in __main__) on this rank, with
+    test_class.comm and .kind set from the command line (--kind numpy|torch); returns the exit
+    status (77: torch asked for but missing)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--kind", choices=("numpy", "torch"), default="numpy")
     args, rest = parser.parse_known_args()
@@ -380,16 +388,16 @@ def main():
         kind.torch.set_num_threads(1)
     else:
         kind = NumpyKind()
-    CollectiveTests.comm = make_comm()
-    CollectiveTests.kind = kind
+    test_class.comm = make_comm()
+    test_class.kind = kind
     started = time.monotonic()
     program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=1)
     ok = program.result.wasSuccessful()
-    print(f"rank {CollectiveTests.comm.rank}: {args.kind} collectives "
+    print(f"rank {test_class.comm.rank}: {args.kind} {title} "
           f"{'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s", flush=True)
-    CollectiveTests.comm.destroy()
+    test_class.comm.destroy()
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tests(CollectiveTests, "collectives"))

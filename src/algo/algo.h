@@ -33,6 +33,11 @@ typedef struct {
   /* Block-layout collectives (reduce_scatter, allgather): member i owns block block_of[i] of
    * the n-block buffer (NULL: block i). Must outlive the run. */
   const int* block_of;
+  /* Variable-size blocks (allgatherv, reduce_scatterv; NULL: every block holds `count`):
+   * block b holds counts[b] elements at element displs[b] of the n-block buffer. Must outlive
+   * the run. */
+  const size_t* counts;
+  const size_t* displs;
 } chorus_sched_t;
 
 /* The schedule of a whole-communicator call over `group` (the task's own arguments, root

@@ -43,5 +43,10 @@ extern const chorus_algo_t chorus__algo_hier_reduce_scatter;
 extern const chorus_algo_t chorus__algo_hier_broadcast;
 extern const chorus_algo_t chorus__algo_hier_reduce;
 extern const chorus_algo_t chorus__algo_hier_barrier;
+extern const chorus_algo_t chorus__algo_ring_allgatherv;
+extern const chorus_algo_t chorus__algo_ring_reduce_scatterv;
+extern const chorus_algo_t chorus__algo_pairwise_alltoallv;
+extern const chorus_algo_t chorus__algo_linear_gatherv;
+extern const chorus_algo_t chorus__algo_linear_scatterv;
 
 #endif /* CHORUS_ALGOS_H */

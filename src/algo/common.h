@@ -38,6 +38,25 @@ static inline chorus_status_t chorus__sched_post(chorus_task_t* t, const chorus_
   return chorus__algo_post(t, ax, is_send, chorus__group_rank(&s->group, member), buf, nbytes, s->tag_base + tag);
 }
 
+/* Posts a transfer of a variable-size call, even an empty one: its frame is how the two ends
+ * check that they agree on the counts (frame.h), with `word` as its count word. */
+static inline chorus_status_t chorus__algo_post_word(chorus_task_t* t, chorus_algo_xfer_t* ax, int is_send, int peer,
+                                                     const void* buf, size_t nbytes, uint32_t tag, uint64_t word) {
+  memset(ax, 0, sizeof(*ax));
+  return chorus__conn_post_word(t, is_send, peer, (void*)buf, nbytes, tag, word, &ax->x);
+}
+
+/* chorus__sched_post that posts an empty transfer too (allgatherv, reduce_scatterv: its frame
+ * carries the counts hash, frame.h). */
+static inline chorus_status_t chorus__sched_post_frame(chorus_task_t* t, const chorus_sched_t* s,
+                                                       chorus_algo_xfer_t* ax, int is_send, int member,
+                                                       const void* buf, size_t nbytes, uint32_t tag) {
+  memset(ax, 0, sizeof(*ax));
+  int peer = chorus__group_rank(&s->group, member);
+  if (is_send) return chorus__conn_isend(t, peer, buf, nbytes, s->tag_base + tag, &ax->x);
+  return chorus__conn_irecv(t, peer, (void*)buf, nbytes, s->tag_base + tag, &ax->x);
+}
+
 /* Chunks of at most s->chunk_bytes, in whole elements (at least one). */
 static inline size_t chorus__sched_chunk_elems(const chorus_sched_t* s) {
   size_t elems = s->elem_bytes ? s->chunk_bytes / s->elem_bytes : 0;

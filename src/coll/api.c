@@ -12,11 +12,8 @@
 
 /* Fields that do not take part in a call are zeroed so frame signatures compare equal. */
 static void normalise(chorus_coll_args_t* a) {
-  if (a->coll != CH_COLL_ALLREDUCE && a->coll != CH_COLL_REDUCE && a->coll != CH_COLL_REDUCE_SCATTER)
-    a->op = CHORUS_SUM;
-  if (a->coll == CH_COLL_ALLREDUCE || a->coll == CH_COLL_ALLGATHER || a->coll == CH_COLL_REDUCE_SCATTER ||
-      a->coll == CH_COLL_ALLTOALL || a->coll == CH_COLL_BARRIER)
-    a->root = 0;
+  if (!chorus__coll_reduces(a->coll)) a->op = CHORUS_SUM;
+  if (!chorus__coll_rooted(a->coll) && !chorus__coll_is_p2p(a->coll)) a->root = 0;
   if (a->coll == CH_COLL_BARRIER) a->dtype = CHORUS_UINT8;
 }
 
@@ -101,6 +98,8 @@ static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int
     return CHORUS_ERR_COMM_BROKEN;
   }
   chorus_status_t st = chorus__args_check(comm, &a);
+  void* vec = NULL;
+  if (st >= 0 && chorus__coll_is_v(a.coll)) st = chorus__vargs_prepare(comm, &a, &vec);
   if (st < 0) {
     pthread_mutex_unlock(&comm->mu);
     CH_INFO(COLL, comm->rank, "%s", comm->last_error);
@@ -113,12 +112,15 @@ static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int
   else req = calloc(1, sizeof(*req));
   if (!req) {
     pthread_mutex_unlock(&comm->mu);
+    free(vec);
     return CHORUS_ERR_NO_MEMORY;
   }
   task_prepare(&req->task, comm, &a, blocking, internal);
+  req->task.vec = vec; /* from here the task owns it: the engine frees it when the task ends */
   int queued;
   st = post(comm, &req->task, &queued);
   pthread_mutex_unlock(&comm->mu);
+  if (!queued) free(vec);
   if (blocking) return st;
   if (!queued) {
     free(req);
@@ -218,6 +220,54 @@ CHORUS_API chorus_status_t chorus_recv(void* b, size_t n, chorus_dtype_t dt, int
 }
 CHORUS_API chorus_status_t chorus_irecv(void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c, chorus_req_t** q) {
   return start(c, ARGS(CH_COLL_RECV, NULL, b, n, dt, CHORUS_SUM, peer), 0, q);
+}
+
+/* The variable-size calls: arrays as given, checked and copied by start_call. */
+static chorus_coll_args_t v_args(chorus_coll_t coll, const void* s, const size_t* sc, const size_t* sd, void* r,
+                                 const size_t* rc, const size_t* rd, size_t n, chorus_dtype_t dt, chorus_op_t op,
+                                 int root) {
+  chorus_coll_args_t a = ARGS(coll, s, r, n, dt, op, root);
+  a.sendcounts = sc;
+  a.sdispls = sd;
+  a.recvcounts = rc;
+  a.rdispls = rd;
+  return a;
+}
+#define V_ALLGATHERV v_args(CH_COLL_ALLGATHERV, s, NULL, NULL, r, rc, rd, n, dt, CHORUS_SUM, 0)
+#define V_REDUCE_SCATTERV v_args(CH_COLL_REDUCE_SCATTERV, s, NULL, NULL, r, rc, NULL, 0, dt, op, 0)
+#define V_ALLTOALLV v_args(CH_COLL_ALLTOALLV, s, sc, sd, r, rc, rd, 0, dt, CHORUS_SUM, 0)
+#define V_GATHERV v_args(CH_COLL_GATHERV, s, NULL, NULL, r, rc, rd, n, dt, CHORUS_SUM, root)
+#define V_SCATTERV v_args(CH_COLL_SCATTERV, s, sc, sd, r, NULL, NULL, n, dt, CHORUS_SUM, root)
+
+CHORUS_API chorus_status_t chorus_allgatherv(const void* s, size_t n, void* r, const size_t* rc, const size_t* rd, chorus_dtype_t dt, chorus_comm_t* c) {
+  return start(c, V_ALLGATHERV, 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_iallgatherv(const void* s, size_t n, void* r, const size_t* rc, const size_t* rd, chorus_dtype_t dt, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, V_ALLGATHERV, 0, q);
+}
+CHORUS_API chorus_status_t chorus_reduce_scatterv(const void* s, void* r, const size_t* rc, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c) {
+  return start(c, V_REDUCE_SCATTERV, 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_ireduce_scatterv(const void* s, void* r, const size_t* rc, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, V_REDUCE_SCATTERV, 0, q);
+}
+CHORUS_API chorus_status_t chorus_alltoallv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc, const size_t* rd, chorus_dtype_t dt, chorus_comm_t* c) {
+  return start(c, V_ALLTOALLV, 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_ialltoallv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc, const size_t* rd, chorus_dtype_t dt, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, V_ALLTOALLV, 0, q);
+}
+CHORUS_API chorus_status_t chorus_gatherv(const void* s, size_t n, void* r, const size_t* rc, const size_t* rd, chorus_dtype_t dt, int root, chorus_comm_t* c) {
+  return start(c, V_GATHERV, 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_igatherv(const void* s, size_t n, void* r, const size_t* rc, const size_t* rd, chorus_dtype_t dt, int root, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, V_GATHERV, 0, q);
+}
+CHORUS_API chorus_status_t chorus_scatterv(const void* s, const size_t* sc, const size_t* sd, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c) {
+  return start(c, V_SCATTERV, 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_iscatterv(const void* s, const size_t* sc, const size_t* sd, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, V_SCATTERV, 0, q);
 }
 
 static chorus_coll_args_t sendrecv_args(const void* s, size_t sn, int dst, void* r, size_t rn, int src, chorus_dtype_t dt) {

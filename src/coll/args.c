@@ -7,14 +7,8 @@
 
 #include "coll/coll.h"
 
-static int is_reducing(chorus_coll_t c) {
-  return c == CH_COLL_ALLREDUCE || c == CH_COLL_REDUCE || c == CH_COLL_REDUCE_SCATTER;
-}
-static int has_root(chorus_coll_t c) {
-  return c == CH_COLL_BROADCAST || c == CH_COLL_REDUCE || c == CH_COLL_GATHER || c == CH_COLL_SCATTER;
-}
-
-/* Bytes of the send and receive buffers this rank uses for the call. */
+/* Bytes of the send and receive buffers this rank uses for the call (variable-size calls:
+ * vargs.c checks their buffers). */
 static void buffer_bytes(const chorus_comm_t* comm, const chorus_coll_args_t* a, size_t esize,
                          size_t* send_bytes, size_t* recv_bytes) {
   size_t n = (size_t)comm->nranks, c = a->count * esize, all = c * n;
@@ -57,12 +51,12 @@ chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t
     chorus__comm_set_error(comm, "%s: invalid dtype %d", name, (int)a->dtype);
     return CHORUS_ERR_INVALID_ARG;
   }
-  if (is_reducing(a->coll) && (unsigned)a->op >= CHORUS_OP_COUNT) {
+  if (chorus__coll_reduces(a->coll) && (unsigned)a->op >= CHORUS_OP_COUNT) {
     chorus__comm_set_error(comm, "%s: invalid reduction op %d", name, (int)a->op);
     return CHORUS_ERR_INVALID_ARG;
   }
   int peer_arg = a->coll == CH_COLL_SEND || a->coll == CH_COLL_RECV || a->coll == CH_COLL_SENDRECV;
-  if ((has_root(a->coll) || peer_arg) && (a->root < 0 || a->root >= comm->nranks)) {
+  if ((chorus__coll_rooted(a->coll) || peer_arg) && (a->root < 0 || a->root >= comm->nranks)) {
     chorus__comm_set_error(comm, "%s: %s %d is not a rank of this communicator of %d ranks", name,
                            peer_arg ? "peer" : "root", a->root, comm->nranks);
     return CHORUS_ERR_INVALID_ARG;

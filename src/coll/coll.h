@@ -8,6 +8,10 @@
 
 /* Validates a call's arguments on this rank; on error writes comm->last_error. */
 chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t* a);
+/* A variable-size call's arrays (vargs.c): checks them on this rank (on error writes
+ * comm->last_error), then copies them into *vec (the task's, to free when it ends), points a's
+ * arrays there with displacements filled in, and sets a->count and a->vsig (task.h). */
+chorus_status_t chorus__vargs_prepare(chorus_comm_t* comm, chorus_coll_args_t* a, void** vec);
 /* Chooses t->algo: the CHORUS_ALGO override, else the cheapest supported algorithm. */
 chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
 

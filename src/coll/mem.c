@@ -1,7 +1,8 @@
 /*
  * mem.c - registered memory (chorus_mem_alloc / chorus_mem_free). Allocation is collective:
- * every rank makes its region, the ranks swap where to open each other's (pid, memfd), map
- * them, agree that everyone succeeded, and only then close the memfds.
+ * every rank makes its region, the ranks swap where to open each other's (pid, memfd), each
+ * maps those of its own host's ranks (windows are indexed by local index), they agree that
+ * everyone succeeded, and only then close the memfds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +37,10 @@ CHORUS_API chorus_status_t chorus_mem_alloc(chorus_comm_t* comm, size_t bytes, v
   }
   *ptr = NULL;
   chorus_transport_t* tp = &comm->tp;
-  if (comm->nranks > 1 && !(tp->shm.base && tp->shm_all_local)) {
-    chorus__comm_set_error(comm, "chorus_mem_alloc: registered memory needs every rank on one host with shared memory on");
-    return CHORUS_ERR_NOT_SUPPORTED;
-  }
+  /* The ranks of each host map each other's regions; a host of one rank maps only its own.
+   * A host whose ranks share no segment votes no, so that every rank fails alike. */
+  int nlocal = tp->shm.base ? tp->shm.nlocal : 1, my_local = tp->shm.base ? tp->shm.my_local : 0;
+  int shared = comm->topo.host_size[comm->topo.host_of[comm->rank]] == nlocal;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   bytes = (bytes + page - 1) / page * page;
   char err[300] = "";
@@ -47,16 +48,19 @@ CHORUS_API chorus_status_t chorus_mem_alloc(chorus_comm_t* comm, size_t bytes, v
   pthread_mutex_lock(&comm->mu);
   uint64_t index = tp->windows_made++;
   pthread_mutex_unlock(&comm->mu);
-  chorus_status_t mine = chorus__window_create(bytes, comm->nranks, index, &w, err, sizeof(err));
+  chorus_status_t mine = CHORUS_ERR_NOT_SUPPORTED;
+  if (shared) mine = chorus__window_create(bytes, nlocal, index, &w, err, sizeof(err));
+  else snprintf(err, sizeof(err), "the ranks of rank %d's host share no memory (CHORUS_SHM_DISABLE, or it could not be set up)",
+                comm->rank);
   chorus_window_ref_t ref = {.pid = (int32_t)getpid(), .fd = w ? w->fd : -1};
   mem_vote_t* votes = calloc((size_t)comm->nranks, sizeof(*votes));
   if (!votes) mine = CHORUS_ERR_NO_MEMORY;
   int all_ok = 0;
   chorus_status_t st = votes ? agree(comm, mine, &ref, votes, &all_ok) : CHORUS_ERR_NO_MEMORY;
   if (st >= 0 && all_ok) {
-    chorus_window_ref_t refs[comm->nranks];
-    for (int r = 0; r < comm->nranks; r++) refs[r] = votes[r].ref;
-    mine = chorus__window_map_peers(w, comm->rank, refs, err, sizeof(err));
+    chorus_window_ref_t refs[nlocal];
+    for (int l = 0; l < nlocal; l++) refs[l] = votes[nlocal > 1 ? tp->local_ranks[l] : comm->rank].ref;
+    mine = chorus__window_map_peers(w, my_local, refs, err, sizeof(err));
     st = agree(comm, mine, NULL, votes, &all_ok); /* also: every peer has mapped ours */
   }
   free(votes);

@@ -10,7 +10,8 @@
 
 #include "chorus.h"
 
-/* The operation kinds. The order is part of the wire format (frame header `coll`). */
+/* The operation kinds. The order is part of the wire format (frame header `coll`): new kinds
+ * go at the end. */
 #define CHORUS_COLL_MAP(XX)              \
   XX(ALLREDUCE, "allreduce")             \
   XX(BROADCAST, "broadcast")             \
@@ -23,7 +24,12 @@
   XX(BARRIER, "barrier")                 \
   XX(SEND, "send")                       \
   XX(RECV, "recv")                       \
-  XX(SENDRECV, "sendrecv")
+  XX(SENDRECV, "sendrecv")               \
+  XX(ALLGATHERV, "allgatherv")           \
+  XX(REDUCE_SCATTERV, "reduce_scatterv") \
+  XX(ALLTOALLV, "alltoallv")             \
+  XX(GATHERV, "gatherv")                 \
+  XX(SCATTERV, "scatterv")
 
 typedef enum {
 #define CHORUS_XX_(name, str) CH_COLL_##name,
@@ -40,6 +46,22 @@ static inline int chorus__coll_is_p2p(chorus_coll_t c) {
   return c == CH_COLL_SEND || c == CH_COLL_RECV || c == CH_COLL_SENDRECV;
 }
 
+/* Collectives that reduce (take an op) and that have a root. */
+static inline int chorus__coll_reduces(chorus_coll_t c) {
+  return c == CH_COLL_ALLREDUCE || c == CH_COLL_REDUCE || c == CH_COLL_REDUCE_SCATTER ||
+         c == CH_COLL_REDUCE_SCATTERV;
+}
+static inline int chorus__coll_rooted(chorus_coll_t c) {
+  return c == CH_COLL_BROADCAST || c == CH_COLL_REDUCE || c == CH_COLL_GATHER || c == CH_COLL_SCATTER ||
+         c == CH_COLL_GATHERV || c == CH_COLL_SCATTERV;
+}
+
+/* Variable-size collectives: every rank's block has its own count (and place). */
+static inline int chorus__coll_is_v(chorus_coll_t c) {
+  return c == CH_COLL_ALLGATHERV || c == CH_COLL_REDUCE_SCATTERV || c == CH_COLL_ALLTOALLV ||
+         c == CH_COLL_GATHERV || c == CH_COLL_SCATTERV;
+}
+
 /* The arguments of one call, as the user gave them. */
 typedef struct {
   chorus_coll_t coll;
@@ -47,13 +69,32 @@ typedef struct {
   void* recvbuf;
   /* allreduce, broadcast, reduce: elements of the whole buffer; allgather, gather: elements
    * each rank sends; reduce_scatter, scatter: elements each rank receives; alltoall: elements
-   * per peer block; send, recv: message elements; sendrecv: elements sent. */
+   * per peer block; send, recv: message elements; sendrecv: elements sent. Variable-size
+   * calls: as given, the scalar count argument (allgatherv, gatherv: sendcount; scatterv:
+   * recvcount; 0 for the others); once checked, the elements of the call as this rank sees it:
+   * allgatherv, reduce_scatterv: the sum of recvcounts (the same on every rank); alltoallv:
+   * the sum of sendcounts; gatherv: sendcount; scatterv: recvcount. */
   size_t count;
   size_t recvcount; /* sendrecv: elements received */
   chorus_dtype_t dtype;
   chorus_op_t op;
-  int root; /* broadcast/reduce/gather/scatter: root; send, sendrecv: destination; recv: source */
+  /* broadcast/reduce/gather/scatter/gatherv/scatterv: root; send, sendrecv: destination; recv:
+   * source */
+  int root;
   int peer; /* sendrecv: source */
+  /* Variable-size calls: per-rank counts and displacements, in elements, indexed by rank
+   * (allgatherv, gatherv: recvcounts, rdispls; reduce_scatterv: recvcounts, rdispls = their
+   * prefix sums, where the input blocks lie; scatterv: sendcounts, sdispls; alltoallv: all
+   * four). As the user gave them (displacements may be NULL: blocks back to back) until the
+   * call is checked; then the task's own copies, displacements filled in, valid while the task
+   * lives (task.vec). Arrays a rank does not use (a non-root's) are NULL. */
+  const size_t* sendcounts;
+  const size_t* sdispls;
+  const size_t* recvcounts;
+  const size_t* rdispls;
+  /* allgatherv, reduce_scatterv: a hash of recvcounts, which every rank sees whole: their
+   * frames carry it, so ranks that disagree on any count fail with ERR_MISMATCH. */
+  uint64_t vsig;
 } chorus_coll_args_t;
 
 struct chorus_comm;
@@ -107,6 +148,7 @@ typedef struct chorus_task {
   uint64_t last_progress_ns; /* last time any of its transfers moved */
   int blocking;              /* posted by a blocking call */
   int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */
+  void* vec;                 /* the copies args' count and displacement arrays point into */
   uint64_t rec_index;        /* its entry in the flight recorder */
 } chorus_task_t;
 

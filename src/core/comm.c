@@ -204,6 +204,7 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
   comm->rank = rank;
   comm->nranks = nranks;
   comm->tp.epfd = comm->tp.wakefd = -1;
+  comm->blame = (chorus_blame_t){-1, 0, 0, -1, CHORUS_OK}; /* until a verdict or a give-up frame */
   comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
   comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
   pthread_mutex_init(&comm->mu, NULL);

@@ -75,6 +75,7 @@ struct chorus_comm {
   chorus_coll_args_t last_coll;
   int broken;
   chorus_status_t broken_status;
+  chorus_blame_t blame; /* whom this rank's verdict (or a peer's give-up frame) blamed */
   int abort_requested; /* atomic: chorus_comm_abort */
   char last_error[1024];
   pthread_t bg_thread;

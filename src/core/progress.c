@@ -54,6 +54,8 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
   t->next = NULL;
   if (t->algo && t->algo->fini) t->algo->fini(t);
   t->state = NULL;
+  free(t->vec);
+  t->vec = NULL;
   chorus__trace_finished(comm, t, st, now);
   __atomic_store_n(&t->status, st, __ATOMIC_RELEASE);
   CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
@@ -64,11 +66,16 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
   wake_waiters(comm);
 }
 
-/* Breaks the communicator (logging the error when `log`) and fails every queued task. */
+/* Breaks the communicator (logging the error when `log`) and fails every queued task. Peers
+ * are told first (a give-up frame each, naming the operation and whom this rank blames), so
+ * that those waiting on other ranks do not wait for their own timeouts. */
 static void engine_break(chorus_comm_t* comm, chorus_status_t st, int log) {
   if (!comm->broken) {
     comm->broken = 1;
     comm->broken_status = st;
+    chorus_frame_hdr_t give_up;
+    chorus__conn_give_up_frame(comm->head, comm->comm_id, comm->rank, st, &comm->blame, &give_up);
+    chorus__transport_give_up(&comm->tp, &give_up);
     chorus__transport_shutdown(&comm->tp);
     if (log) CH_WARN(comm->rank, "%s", comm->last_error);
   }
@@ -86,12 +93,46 @@ static void describe_task(const chorus_comm_t* comm, const chorus_task_t* t, cha
            op ? ", " : "", op ? op : "", t->algo ? t->algo->name : "?", comm->rank);
 }
 
-static void fail_task_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+/* Fails t (and the communicator) with st and the transport's sentence. */
+static void fail_with_transport_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
   char what[200];
   describe_task(comm, t, what, sizeof(what));
-  chorus__comm_set_error(comm, "%s failed: %s", what,
-                         comm->tp.err[0] ? comm->tp.err : chorus_status_str(st));
+  chorus__comm_set_error(comm, "%s failed: %s", what, comm->tp.err[0] ? comm->tp.err : chorus_status_str(st));
   chorus__engine_fail(comm, st);
+}
+
+/* A peer gave up (its give-up frame arrived): the operation it gave up on, and every later
+ * one, can never complete. An older head task may still (the peer did its part), so it goes
+ * on. 1 when the communicator broke. */
+static int fail_if_peer_gave_up(chorus_comm_t* comm) {
+  const chorus_frame_hdr_t* h = &comm->tp.gave_up;
+  chorus_task_t* t = comm->head;
+  if (comm->tp.gave_up_from < 0 || comm->broken) return 0;
+  if (t && !chorus__coll_is_p2p(t->args.coll) && h->seq && t->seq + 1 < h->seq) return 0;
+  char why[600];
+  chorus__conn_describe_give_up(&comm->tp, why, sizeof(why), &comm->blame);
+  int mismatch = CHORUS_GAVE_UP_STATUS(h->nbytes) == CHORUS_ERR_MISMATCH;
+  if (t && mismatch && chorus__conn_explain_mismatch(t, comm->tp.gave_up_from)) {
+    fail_with_transport_error(comm, t, CHORUS_ERR_MISMATCH); /* the sentence that names both calls */
+    return 1;
+  }
+  if (t) {
+    char what[200];
+    describe_task(comm, t, what, sizeof(what));
+    chorus__comm_set_error(comm, "%s failed: %s", what, why);
+  } else {
+    chorus__comm_set_error(comm, "communicator broken on rank %d: %s", comm->rank, why);
+  }
+  /* Mismatched calls are every involved rank's verdict; anything else is a peer's failure. */
+  engine_break(comm, mismatch ? CHORUS_ERR_MISMATCH : CHORUS_ERR_REMOTE, 1);
+  return 1;
+}
+
+static void fail_task_error(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t st) {
+  /* A peer's give-up frame, read on the way to this error, says why its connection closed;
+   * a mismatch this rank saw itself names both calls, which is more. */
+  if (st != CHORUS_ERR_MISMATCH && fail_if_peer_gave_up(comm)) return;
+  fail_with_transport_error(comm, t, st);
 }
 
 static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
@@ -111,7 +152,7 @@ static void fail_timeout(chorus_comm_t* comm, uint64_t idle_ns) {
    * from the peers) as a line of its own, and both in the error message. */
   CH_WARN(comm->rank, "%s", comm->last_error);
   char verdict[700];
-  chorus__conn_verdict(t, verdict, sizeof(verdict));
+  chorus__conn_verdict(t, verdict, sizeof(verdict), &comm->blame);
   if (verdict[0]) {
     CH_WARN(comm->rank, "verdict on %s #%llu: %s", chorus__coll_name(t->args.coll), (unsigned long long)t->seq,
             verdict);
@@ -130,6 +171,8 @@ static int progress_pass(chorus_comm_t* comm, uint64_t now) {
    * it from a rank that stopped. */
   chorus__transport_beat(&comm->tp, now);
   chorus_status_t st = chorus__transport_progress(&comm->tp, &moved);
+  /* Before a transport error: a peer that gave up and then closed its sockets explains it. */
+  if (fail_if_peer_gave_up(comm)) return 1;
   if (st < 0 && comm->head) {
     fail_task_error(comm, comm->head, st);
     return 1;

@@ -35,12 +35,15 @@ static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
     h->coll = (uint8_t)t->args.coll;
     h->op = (uint8_t)t->args.op;
     h->root = t->args.root;
-    h->count = t->args.count;
+    /* allgatherv, reduce_scatterv: what every rank must agree on is the whole counts vector
+     * (frame.h); the other variable-size calls give each frame's word when they post it. */
+    int whole_vector = t->args.coll == CH_COLL_ALLGATHERV || t->args.coll == CH_COLL_REDUCE_SCATTERV;
+    h->count = whole_vector ? t->args.vsig : t->args.count;
   }
 }
 
 static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes, uint32_t tag,
-                            chorus_xfer_t* x, int is_send) {
+                            chorus_xfer_t* x, int is_send, const uint64_t* word) {
   chorus_transport_t* tp = &t->comm->tp;
   if (peer < 0 || peer >= tp->nranks) return CHORUS_ERR_INTERNAL;
   memset(x, 0, sizeof(*x));
@@ -52,18 +55,24 @@ static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes
   x->is_send = is_send;
   x->seq = is_send ? t->send_seq : t->recv_seq;
   fill_header(t, x, is_send);
+  if (word) x->hdr.count = *word;
   if (tp->peers[peer].is_self) return chorus__self_post(tp, x);
   return chorus__stream_post(tp, x);
 }
 
 chorus_status_t chorus__conn_isend(chorus_task_t* t, int peer, const void* buf, size_t nbytes,
                                    uint32_t tag, chorus_xfer_t* x) {
-  return post(t, peer, (void*)buf, nbytes, tag, x, 1);
+  return post(t, peer, (void*)buf, nbytes, tag, x, 1, NULL);
 }
 
 chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t nbytes,
                                    uint32_t tag, chorus_xfer_t* x) {
-  return post(t, peer, buf, nbytes, tag, x, 0);
+  return post(t, peer, buf, nbytes, tag, x, 0, NULL);
+}
+
+chorus_status_t chorus__conn_post_word(chorus_task_t* t, int is_send, int peer, void* buf, size_t nbytes,
+                                       uint32_t tag, uint64_t word, chorus_xfer_t* x) {
+  return post(t, peer, buf, nbytes, tag, x, is_send, &word);
 }
 
 /* ---- self transport: a send and a receive to oneself meet in two queues ---- */
@@ -103,10 +112,17 @@ void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outle
     return;
   }
   const char* op = chorus_op_name((chorus_op_t)h->op);
-  snprintf(out, outlen, "%.15s #%llu (count %llu, %.15s, %.15s, root %d, tag %u, %llu bytes)",
-           chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq,
-           (unsigned long long)h->count, dt ? dt : "?", op ? op : "?", h->root, h->tag,
-           (unsigned long long)h->nbytes);
+  /* The count word of the variable-size calls (frame.h) says what it is. */
+  char count[40];
+  if (h->coll == CH_COLL_ALLGATHERV || h->coll == CH_COLL_REDUCE_SCATTERV)
+    snprintf(count, sizeof(count), "counts hash %016llx", (unsigned long long)h->count);
+  else if (h->coll == CH_COLL_ALLTOALLV)
+    snprintf(count, sizeof(count), "%llu expected back", (unsigned long long)h->count);
+  else
+    snprintf(count, sizeof(count), "count %llu", (unsigned long long)h->count);
+  snprintf(out, outlen, "%.15s #%llu (%s, %.15s, %.15s, root %d, tag %u, %llu bytes)",
+           chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq, count, dt ? dt : "?",
+           op ? op : "?", h->root, h->tag, (unsigned long long)h->nbytes);
 }
 
 chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
@@ -182,13 +198,23 @@ int chorus__conn_shm_avail(const chorus_task_t* t) {
   return tp->shm.base != NULL && tp->shm_all_local;
 }
 
-/* Comm ranks and local indices coincide when every rank is local (both in rank order). */
-chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int rank) {
-  return chorus__shm_ctl(&tp_of(t)->shm, rank);
+int chorus__conn_shm_host(const chorus_task_t* t, int* nlocal, int* me) {
+  const chorus_transport_t* tp = tp_of(t);
+  if (!tp->shm.base) return 0;
+  *nlocal = tp->shm.nlocal;
+  *me = tp->shm.my_local;
+  return 1;
 }
 
-char* chorus__conn_shm_slot(const chorus_task_t* t, int rank, int which) {
-  return chorus__shm_slot(&tp_of(t)->shm, rank, which);
+/* The communicator rank of local index l. */
+static int rank_of_local(const chorus_task_t* t, int local) { return tp_of(t)->local_ranks[local]; }
+
+chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int local) {
+  return chorus__shm_ctl(&tp_of(t)->shm, local);
+}
+
+char* chorus__conn_shm_slot(const chorus_task_t* t, int local, int which) {
+  return chorus__shm_slot(&tp_of(t)->shm, local, which);
 }
 
 size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t) { return tp_of(t)->shm.slot_bytes; }
@@ -210,7 +236,7 @@ void chorus__conn_shm_signal(chorus_task_t* t) {
 
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value) {
   /* Sequentially consistent: a peer about to sleep either sees it or is woken (shm.c). */
-  __atomic_store_n(&chorus__conn_shm_ctl(t, t->rank)->flag[f], value, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&chorus__conn_shm_ctl(t, tp_of(t)->shm.my_local)->flag[f], value, __ATOMIC_SEQ_CST);
   chorus__conn_shm_signal(t);
 }
 
@@ -223,7 +249,10 @@ static void signature_of(const chorus_task_t* t, uint64_t sig[CHORUS_SIG_WORDS])
   sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 | (uint64_t)(uint32_t)a->root << 32;
   sig[2] = a->count;
   sig[3] = algo_hash;
-  sig[4] = a->recvcount | (uint64_t)t->variant << 56;
+  /* Variable-size calls: the counts hash that every rank must agree on (allgatherv,
+   * reduce_scatterv; 0 for the others, whose counts differ per rank by design and are checked
+   * pair by pair in their frames). */
+  sig[4] = ((a->recvcount ^ a->vsig) & ((1ull << 56) - 1)) | (uint64_t)t->variant << 56;
 }
 
 void chorus__conn_publish_signature(chorus_task_t* t) {
@@ -258,7 +287,7 @@ static void describe_signature(const uint64_t* sig, char* out, size_t len) {
 
 /* 1 (and *st = ERR_MISMATCH with a sentence) when rank publishes another operation under this
  * task's sequence number. */
-static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_t* c, chorus_status_t* st) {
+static int signature_conflicts(chorus_task_t* t, int local, const chorus_shm_ctl_t* c, chorus_status_t* st) {
   const uint64_t* mine = t->sig;
   uint64_t theirs[CHORUS_SIG_WORDS];
   if (!read_signature(c, theirs) || theirs[0] != mine[0] || memcmp(mine, theirs, sizeof(theirs)) == 0) return 0;
@@ -267,33 +296,35 @@ static int signature_conflicts(chorus_task_t* t, int rank, const chorus_shm_ctl_
   describe_signature(mine, b, sizeof(b));
   const char* why = theirs[3] != mine[3] ? " (or another algorithm)"
                     : (theirs[4] >> 56) != (mine[4] >> 56) ? " (registered memory on one side only)" : "";
-  snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs %s, this rank runs %s%s", rank,
-           a, b, why);
+  snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs %s, this rank runs %s%s",
+           rank_of_local(t, local), a, b, why);
   *st = CHORUS_ERR_MISMATCH;
   return 1;
 }
 
-static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen);
+static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen,
+                          chorus_blame_t* blame);
 
-/* The closed-peer and mismatch checks of a wait; `reached` says the awaited data is there,
- * which calls for the signature check before it is used. */
-static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* st) {
-  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+/* The closed-peer and mismatch checks of a wait on local rank `local`; `reached` says the
+ * awaited data is there, which calls for the signature check before it is used. */
+static int peer_check(chorus_task_t* t, int local, int reached, chorus_status_t* st) {
+  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, local);
   /* A peer that runs another operation under this sequence number would never publish, or
    * would publish other data: check before using its data, and now and then while waiting
    * (often enough to fail fast, rarely enough to keep polling cheap). */
-  if ((reached || (++t->polls & 63) == 0) && signature_conflicts(t, rank, c, st)) return 0;
+  if ((reached || (++t->polls & 63) == 0) && signature_conflicts(t, local, c, st)) return 0;
   if (reached) return 1;
+  int rank = rank_of_local(t, local);
   const chorus_peer_t* p = &tp_of(t)->peers[rank];
   if (p->nsocks && p->socks[0].peer_closed) {
     /* A peer that found a mismatch closes its connections: say mismatch, as it does. */
-    if (signature_conflicts(t, rank, c, st)) return 0;
+    if (signature_conflicts(t, local, c, st)) return 0;
     char* err = tp_of(t)->err;
     size_t len = (size_t)snprintf(err, sizeof(tp_of(t)->err), "rank %d (host %s) exited or failed during a "
                                   "shared-memory %s", rank, p->host, chorus__coll_name(t->args.coll));
     /* It may have timed out on a rank that stopped or never came, the likelier cause: name it. */
     char culprits[300];
-    local_verdict(t, rank, 1, culprits, sizeof(culprits));
+    local_verdict(t, rank, 1, culprits, sizeof(culprits), NULL);
     if (culprits[0] && len < sizeof(tp_of(t)->err))
       snprintf(err + len, sizeof(tp_of(t)->err) - len, "; verdict: %s", culprits);
     *st = CHORUS_ERR_REMOTE;
@@ -302,25 +333,25 @@ static int peer_check(chorus_task_t* t, int rank, int reached, chorus_status_t* 
   return 1;
 }
 
-int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st) {
-  int reached = __atomic_load_n(&chorus__conn_shm_ctl(t, rank)->flag[f], __ATOMIC_SEQ_CST) >= want;
-  return peer_check(t, rank, reached, st) && reached;
+int chorus__conn_shm_reached(chorus_task_t* t, int local, int f, uint64_t want, chorus_status_t* st) {
+  int reached = __atomic_load_n(&chorus__conn_shm_ctl(t, local)->flag[f], __ATOMIC_SEQ_CST) >= want;
+  return peer_check(t, local, reached, st) && reached;
 }
 
-int chorus__conn_shm_peer_ok(chorus_task_t* t, int rank, chorus_status_t* st) {
-  return peer_check(t, rank, 0, st);
+int chorus__conn_shm_peer_ok(chorus_task_t* t, int local, chorus_status_t* st) {
+  return peer_check(t, local, 0, st);
 }
 
-chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int rank) {
+chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int local) {
   chorus_status_t st = CHORUS_OK;
-  if (!signature_conflicts(t, rank, chorus__conn_shm_ctl(t, rank), &st))
+  if (!signature_conflicts(t, local, chorus__conn_shm_ctl(t, local), &st))
     snprintf(tp_of(t)->err, sizeof(tp_of(t)->err), "mismatched calls: rank %d runs another operation than this rank's %s #%llu",
-             rank, chorus__coll_name(t->args.coll), (unsigned long long)t->seq);
+             rank_of_local(t, local), chorus__coll_name(t->args.coll), (unsigned long long)t->seq);
   return CHORUS_ERR_MISMATCH;
 }
 
-uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int rank, int which) {
-  return chorus__conn_shm_ctl(t, rank)->ll[which];
+uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int local, int which) {
+  return chorus__conn_shm_ctl(t, local)->ll[which];
 }
 
 uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t) { return &tp_of(t)->shm_ll_last; }
@@ -347,21 +378,21 @@ int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_byt
 }
 
 void chorus__conn_zc_publish(chorus_task_t* t) {
-  chorus_shm_ctl_t* me = chorus__conn_shm_ctl(t, t->rank);
+  chorus_shm_ctl_t* me = chorus__conn_shm_ctl(t, tp_of(t)->shm.my_local);
   for (int i = 0; i < 4; i++) __atomic_store_n(&me->zc[i], t->zc[i], __ATOMIC_RELAXED);
 }
 
-static char* zc_peer(chorus_task_t* t, int rank, int which) {
-  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, rank);
+static char* zc_peer(chorus_task_t* t, int local, int which) {
+  const chorus_shm_ctl_t* c = chorus__conn_shm_ctl(t, local);
   uint64_t index = __atomic_load_n(&c->zc[2 * which], __ATOMIC_RELAXED);
   uint64_t off = __atomic_load_n(&c->zc[2 * which + 1], __ATOMIC_RELAXED);
   for (chorus_window_t* w = tp_of(t)->windows; w; w = w->next)
-    if (w->index == index) return (char*)w->peer_base[rank] + off;
+    if (w->index == index) return (char*)w->peer_base[local] + off;
   return NULL;
 }
 
-char* chorus__conn_zc_send(chorus_task_t* t, int rank) { return zc_peer(t, rank, 0); }
-char* chorus__conn_zc_recv(chorus_task_t* t, int rank) { return zc_peer(t, rank, 1); }
+char* chorus__conn_zc_send(chorus_task_t* t, int local) { return zc_peer(t, local, 0); }
+char* chorus__conn_zc_recv(chorus_task_t* t, int local) { return zc_peer(t, local, 1); }
 
 /* ---- verdict across hosts: status frames (frame.h) ---- */
 
@@ -489,7 +520,18 @@ static int cat_ranks(char* out, size_t* len, size_t outlen, const char* set, int
  * so a rank that waits too is not taken for one. */
 #define STALE_MS 500
 
-enum { V_WAITING, V_FINISHED, V_NEVER, V_STUCK, V_SILENT_POSTED, V_SILENT, V_GONE, V_UNKNOWN };
+/* Culprit kinds are the blame kinds (conn.h), so that give-up frames carry them as they are. */
+enum {
+  V_WAITING = 100,
+  V_FINISHED,
+  V_GAVE_UP, /* it sent a give-up frame: it waited too, then broke */
+  V_UNKNOWN,
+  V_NEVER = CHORUS_BLAME_NEVER,
+  V_STUCK = CHORUS_BLAME_STUCK,
+  V_SILENT_POSTED = CHORUS_BLAME_SILENT_POSTED,
+  V_SILENT = CHORUS_BLAME_SILENT,
+  V_GONE = CHORUS_BLAME_GONE
+};
 
 /* What the verdict on one operation is made of. */
 typedef struct {
@@ -505,6 +547,7 @@ typedef struct {
  * posted and completed; second hand, those it started, and how long its engine stood still. */
 static int classify(const chorus_rank_status_t* rs, uint64_t k, int asked) {
   const chorus_frame_hdr_t* h = &rs->hdr;
+  if (rs->gave_up && (!rs->gave_up_hdr.seq || rs->gave_up_hdr.seq >= k + 1)) return V_GAVE_UP;
   if (rs->have == 2) return h->seq <= k ? V_NEVER : h->nbytes > k ? V_FINISHED : V_WAITING;
   if (rs->gone) return V_GONE;
   if (!rs->have) return asked ? V_SILENT : V_UNKNOWN;
@@ -514,77 +557,124 @@ static int classify(const chorus_rank_status_t* rs, uint64_t k, int asked) {
   return h->seq == k + 1 ? V_WAITING : V_FINISHED;
 }
 
+/* Appends what rank r (host `host`) did about operation `coll` #k, as a culprit of kind `kind`
+ * (V_NEVER to V_GONE); stood_s: how long a stuck rank stood still, or a silent one was waited
+ * for (0: unknown). The verdict's details (its last operation, whether it answers) are the
+ * caller's. */
+static void cat_blame(char* out, size_t* len, size_t outlen, const char* sep, int r, const char* host, int kind,
+                      const char* coll, unsigned long long k, double stood_s) {
+  if (kind == V_NEVER)
+    cat(out, len, outlen, "%srank %d (host %s) never posted %s #%llu", sep, r, host, coll, k);
+  else if (kind == V_STUCK)
+    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu and has not moved for %.1f s: stopped or stuck", sep,
+        r, host, coll, k, stood_s);
+  else if (kind == V_SILENT_POSTED)
+    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu but does not answer (stopped, or stuck outside "
+        "Chorus)", sep, r, host, coll, k);
+  else if (kind == V_GONE)
+    cat(out, len, outlen, "%srank %d (host %s) closed its connection (it exited or failed)", sep, r, host);
+  else if (stood_s > 0)
+    cat(out, len, outlen, "%srank %d (host %s) did not answer within %.1f s (dead, stopped, unreachable, or outside "
+        "any Chorus call)", sep, r, host, stood_s);
+  else
+    cat(out, len, outlen, "%srank %d (host %s) did not answer (dead, stopped, unreachable, or outside any Chorus "
+        "call)", sep, r, host);
+}
+
 /* Appends the sentence about rank r, which holds the operation up (kind V_NEVER to V_GONE). */
 static void cat_culprit(const verdict_in_t* v, int r, int kind, const char* sep, char* out, size_t* len,
                         size_t outlen) {
   const chorus_rank_status_t* rs = &v->st[r];
   const char* host = v->tp->peers[r].host;
-  char last[160];
-  describe_last(&rs->hdr, last, sizeof(last));
-  if (kind == V_NEVER)
-    cat(out, len, outlen, "%srank %d (host %s) never posted %s #%llu (its last operation: %s)%s", sep, r, host,
-        v->coll, v->k, last, rs->have == 2 || !v->asked ? "" : " and does not answer");
-  else if (kind == V_STUCK)
-    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu and has not moved for %.1f s: stopped or stuck", sep,
-        r, host, v->coll, v->k, (double)rs->hdr.nbytes / 1e3);
-  else if (kind == V_SILENT_POSTED)
-    cat(out, len, outlen, "%srank %d (host %s) posted %s #%llu but does not answer (stopped, or stuck outside "
-        "Chorus)", sep, r, host, v->coll, v->k);
-  else if (kind == V_GONE)
-    cat(out, len, outlen, "%srank %d (host %s) closed its connection (it exited or failed)", sep, r, host);
-  else
-    cat(out, len, outlen, "%srank %d (host %s) did not answer within %.1f s (dead, stopped, unreachable, or "
-        "outside any Chorus call)", sep, r, host, v->waited);
+  cat_blame(out, len, outlen, sep, r, host, kind, v->coll, v->k, kind == V_SILENT ? v->waited : (double)rs->hdr.nbytes / 1e3);
+  if (kind == V_NEVER) {
+    char last[160];
+    describe_last(&rs->hdr, last, sizeof(last));
+    cat(out, len, outlen, " (its last operation: %s)%s", last, rs->have == 2 || !v->asked ? "" : " and does not answer");
+  }
+}
+
+/* A rank this rank could not hear from (silent, gone, unknown) may be named by the verdict of
+ * a rank that gave up (its give-up frame, about operation k): that rank's sender, or -1. */
+static int blamed_by_give_up(const verdict_in_t* v, int r) {
+  for (int q = 0; q < v->tp->nranks; q++) {
+    const chorus_rank_status_t* rs = &v->st[q];
+    int kind = CHORUS_GAVE_UP_KIND(rs->gave_up_hdr.nbytes);
+    if (rs->gave_up && rs->gave_up_hdr.root == r && rs->gave_up_hdr.seq == v->k + 1 &&
+        (kind == V_NEVER || kind == V_STUCK || kind == V_SILENT_POSTED))
+      return q;
+  }
+  return -1;
 }
 
 /* Writes the verdict: a sentence for each rank that holds the operation up, then (unless
- * culprits_only) the ranks that wait too and those that finished it. Leaves out this rank and
- * `skip`. kind and set: scratch of nranks entries. */
+ * culprits_only) the ranks that wait too, those that gave up and those that finished it. Leaves
+ * out this rank and `skip`. kind and set: scratch of nranks entries. blame (may be NULL): the
+ * first culprit. */
 static void write_verdict(const verdict_in_t* v, int* kind, char* set, int skip, int culprits_only, char* out,
-                          size_t outlen) {
+                          size_t outlen, chorus_blame_t* blame) {
   int n = v->tp->nranks, parts = 0;
   size_t len = 0;
   out[0] = '\0';
+  if (blame) *blame = (chorus_blame_t){-1, 0, 0, -1, CHORUS_OK};
   for (int r = 0; r < n; r++) {
     kind[r] = r == v->tp->rank || r == skip ? V_UNKNOWN : classify(&v->st[r], v->k, v->asked);
-    if (kind[r] != V_WAITING && kind[r] != V_FINISHED && kind[r] != V_UNKNOWN)
+    int told_by = kind[r] == V_SILENT || kind[r] == V_GONE ? blamed_by_give_up(v, r) : -1;
+    uint32_t stood_ms = kind[r] == V_STUCK ? (uint32_t)v->st[r].hdr.nbytes : 0;
+    if (told_by >= 0) { /* what a rank that gave up saw of it: more than silence */
+      const chorus_frame_hdr_t* g = &v->st[told_by].gave_up_hdr;
+      kind[r] = CHORUS_GAVE_UP_KIND(g->nbytes);
+      stood_ms = CHORUS_GAVE_UP_STOOD_MS(g->nbytes);
+      cat_blame(out, &len, outlen, parts++ ? "; " : "", r, v->tp->peers[r].host, kind[r], v->coll, v->k, stood_ms / 1e3);
+      cat(out, &len, outlen, " (the verdict of rank %d, which gave up on it)", told_by);
+    } else if (kind[r] != V_WAITING && kind[r] != V_FINISHED && kind[r] != V_GAVE_UP && kind[r] != V_UNKNOWN) {
       cat_culprit(v, r, kind[r], parts++ ? "; " : "", out, &len, outlen);
+    } else {
+      continue;
+    }
+    if (blame && blame->rank < 0) *blame = (chorus_blame_t){r, kind[r], stood_ms, -1, CHORUS_OK};
   }
-  for (int pass = 0; pass < 2 && !culprits_only; pass++) {
-    int want = pass == 0 ? V_WAITING : V_FINISHED, any = 0;
+  for (int pass = 0; pass < 3 && !culprits_only; pass++) {
+    int want = pass == 0 ? V_WAITING : pass == 1 ? V_GAVE_UP : V_FINISHED, any = 0;
     for (int r = 0; r < n; r++) any |= set[r] = (char)(kind[r] == want);
     if (!any) continue;
     if (parts++) cat(out, &len, outlen, "; ");
     int count = cat_ranks(out, &len, outlen, set, n);
     if (pass == 0) cat(out, &len, outlen, " posted %s #%llu and wait%s too", v->coll, v->k, count > 1 ? "" : "s");
+    else if (pass == 1) cat(out, &len, outlen, " waited for %s #%llu too and gave up", v->coll, v->k);
     else cat(out, &len, outlen, " finished %s #%llu", v->coll, v->k);
   }
 }
 
 /* The verdict from this host's segment alone, which every rank of the communicator maps: no
  * rank is asked. */
-static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen) {
+static void local_verdict(chorus_task_t* t, int skip, int culprits_only, char* out, size_t outlen,
+                          chorus_blame_t* blame) {
   const chorus_transport_t* tp = tp_of(t);
   int n = tp->nranks;
   chorus_rank_status_t* st = calloc((size_t)n, sizeof(*st));
   int* kind = calloc((size_t)n, sizeof(int));
   char* set = calloc((size_t)n, 1);
   out[0] = '\0';
-  if (st && kind && set) {
-    for (int r = 0; r < n; r++) st[r].have = status_from_signature(tp, r, r, &st[r].hdr);
+  int* idx = calloc((size_t)n, sizeof(int));
+  if (st && kind && set && idx) {
+    local_indexes(t->comm, idx);
+    for (int r = 0; r < n; r++) st[r].have = status_from_signature(tp, r, idx[r], &st[r].hdr);
     verdict_in_t v = {tp, st, chorus__coll_name(t->args.coll), (unsigned long long)t->seq, 0, 0.0};
-    write_verdict(&v, kind, set, skip, culprits_only, out, outlen);
+    write_verdict(&v, kind, set, skip, culprits_only, out, outlen, blame);
   }
   free(st);
   free(kind);
   free(set);
+  free(idx);
 }
 
-void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {
+void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen, chorus_blame_t* blame) {
   out[0] = '\0';
+  *blame = (chorus_blame_t){-1, 0, 0, -1, CHORUS_OK};
   if (chorus__coll_is_p2p(t->args.coll)) return; /* their sequence numbers are per pair */
   if (chorus__conn_shm_avail(t)) { /* one host: every rank publishes itself in shared memory */
-    local_verdict(t, -1, 0, out, outlen);
+    local_verdict(t, -1, 0, out, outlen, blame);
     return;
   }
   chorus_comm_t* comm = t->comm;
@@ -612,9 +702,67 @@ void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen) {
       }
     }
     verdict_in_t v = {tp, tp->status, chorus__coll_name(t->args.coll), (unsigned long long)t->seq, 1, waited};
-    write_verdict(&v, kind, set, -1, 0, out, outlen);
+    write_verdict(&v, kind, set, -1, 0, out, outlen, blame);
   }
   free(kind);
   free(set);
   free(idx);
+}
+
+/* ---- give-up frames (frame.h) ---- */
+
+int chorus__conn_explain_mismatch(chorus_task_t* t, int rank) {
+  const chorus_topo_t* topo = t->topo;
+  const chorus_transport_t* tp = tp_of(t);
+  if (!tp->shm.base || topo->host_of[rank] != topo->host_of[t->rank]) return 0;
+  chorus_status_t st = CHORUS_OK;
+  return signature_conflicts(t, topo->local_of[rank], chorus__conn_shm_ctl(t, topo->local_of[rank]), &st);
+}
+
+void chorus__conn_give_up_frame(const chorus_task_t* t, uint64_t comm_id, int rank, chorus_status_t st,
+                                const chorus_blame_t* blame, chorus_frame_hdr_t* h) {
+  memset(h, 0, sizeof(*h));
+  h->magic = CHORUS_FRAME_STATUS_MAGIC;
+  h->version = CHORUS_PROTO_VERSION;
+  h->comm_id = comm_id;
+  h->tag = (uint32_t)rank | CHORUS_STATUS_GAVE_UP;
+  h->root = blame->rank;
+  int relayed = blame->origin >= 0 && blame->origin != rank;
+  h->nbytes = CHORUS_GAVE_UP_NBYTES(relayed ? blame->origin_status : st, blame->rank >= 0 ? blame->kind : 0,
+                                    relayed ? blame->origin : -1, blame->stood_ms);
+  if (!t || chorus__coll_is_p2p(t->args.coll)) return; /* point-to-point numbers are per pair */
+  h->seq = t->seq + 1;
+  h->coll = (uint8_t)t->args.coll;
+  h->dtype = (uint8_t)t->args.dtype;
+  h->op = (uint8_t)t->args.op;
+  h->count = t->args.count;
+}
+
+void chorus__conn_describe_give_up(const chorus_transport_t* tp, char* out, size_t outlen, chorus_blame_t* blame) {
+  const chorus_frame_hdr_t* h = &tp->gave_up;
+  int sender = tp->gave_up_from, kind = CHORUS_GAVE_UP_KIND(h->nbytes), origin = CHORUS_GAVE_UP_ORIGIN(h->nbytes);
+  int from = origin >= 0 ? origin : sender; /* the rank that gave up first, as far as anyone knows */
+  const char* coll = chorus__coll_name((chorus_coll_t)h->coll);
+  size_t len = 0;
+  out[0] = '\0';
+  if (CHORUS_GAVE_UP_STATUS(h->nbytes) == CHORUS_ERR_MISMATCH && h->seq) { /* its call, as it ran it */
+    const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
+    const char* op = chorus_op_name((chorus_op_t)h->op);
+    cat(out, &len, outlen, "mismatched calls: rank %d (host %s) runs %s #%llu (count %llu, %s, %s) and gave up", from,
+        tp->peers[from].host, coll, (unsigned long long)(h->seq - 1), (unsigned long long)h->count, dt ? dt : "?",
+        op ? op : "?");
+  } else {
+    cat(out, &len, outlen, "rank %d (host %s) gave up", from, tp->peers[from].host);
+    if (h->seq) cat(out, &len, outlen, " on %s #%llu", coll, (unsigned long long)(h->seq - 1));
+    cat(out, &len, outlen, " (%s)", chorus_status_name((chorus_status_t)CHORUS_GAVE_UP_STATUS(h->nbytes)));
+  }
+  if (from != sender) cat(out, &len, outlen, ", as rank %d (host %s) passed on", sender, tp->peers[sender].host);
+  *blame = (chorus_blame_t){-1, 0, 0, from, (chorus_status_t)CHORUS_GAVE_UP_STATUS(h->nbytes)};
+  if (h->root < 0 || kind < V_NEVER || kind > V_GONE) return;
+  blame->rank = h->root;
+  blame->kind = kind;
+  blame->stood_ms = CHORUS_GAVE_UP_STOOD_MS(h->nbytes);
+  cat(out, &len, outlen, "; its verdict: ");
+  cat_blame(out, &len, outlen, "", h->root, tp->peers[h->root].host, kind, coll,
+            (unsigned long long)(h->seq ? h->seq - 1 : 0), blame->stood_ms / 1e3);
 }

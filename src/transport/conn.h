@@ -46,18 +46,32 @@ chorus_status_t chorus__conn_isend(chorus_task_t* t, int peer, const void* buf, 
 chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t nbytes,
                                    uint32_t tag, chorus_xfer_t* x);
 
+/* As chorus__conn_isend (is_send = 1) or chorus__conn_irecv, with the frame's count word given
+ * instead of the call's count: what the two ends must agree on besides the message's size
+ * (alltoallv, gatherv and scatterv say per message what they are; frame.h). */
+chorus_status_t chorus__conn_post_word(chorus_task_t* t, int is_send, int peer, void* buf, size_t nbytes,
+                                       uint32_t tag, uint64_t word, chorus_xfer_t* x);
+
 static inline int chorus__xfer_done(const chorus_xfer_t* x) {
   return __atomic_load_n(&x->done, __ATOMIC_ACQUIRE);
 }
 
-/* ---- memory semantics: a shared area for communicators whose ranks all share one host ----
- * Rank r owns a control block (flags only r writes; the signature of the operation r runs) and
- * two slots of chorus__conn_shm_slot_bytes() bytes that every rank can read and write. Flag
- * values are ids from chorus__conn_shm_next_ids(): every rank draws the same ids in the same
- * order, since every rank runs the same operations. */
+/* ---- memory semantics: a shared area per host ----
+ * Each host's ranks map one segment (transport/shm.h). Every call below names a rank of this
+ * host by its local index: its index among the host's ranks in rank order (core/topo.h), which
+ * is its communicator rank when the communicator lives on one host. Local rank l owns a control
+ * block (flags only it writes; the signature of the operation it runs) and two slots of
+ * chorus__conn_shm_slot_bytes() bytes that every rank of the host can read and write. Flag
+ * values are ids from chorus__conn_shm_next_ids(): every rank of a host draws the same ids in
+ * the same order, since every rank runs the same operations, and the phases of a two-level
+ * operation run in a fixed order on every rank of the host. */
+/* 1 when every rank of the communicator maps this host's segment (the one-host algorithms). */
 int chorus__conn_shm_avail(const chorus_task_t* t);
-chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int rank);
-char* chorus__conn_shm_slot(const chorus_task_t* t, int rank, int which);
+/* 1 when every rank of this host maps its segment (several hosts may have one each); then
+ * *nlocal and *me are the host's rank count and this rank's local index. */
+int chorus__conn_shm_host(const chorus_task_t* t, int* nlocal, int* me);
+chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int local);
+char* chorus__conn_shm_slot(const chorus_task_t* t, int local, int which);
 size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t);
 /* CHORUS_SHM_STREAM_BYTES: outputs from this size on bypass the cache (0: never). */
 size_t chorus__conn_shm_stream_bytes(const chorus_task_t* t);
@@ -65,17 +79,17 @@ size_t chorus__conn_shm_stream_bytes(const chorus_task_t* t);
 uint64_t chorus__conn_shm_next_ids(chorus_task_t* t, uint64_t n);
 /* Wakes every rank of the host that sleeps on its doorbell (call after publishing a flag). */
 void chorus__conn_shm_signal(chorus_task_t* t);
-/* 1 when rank's flag[f] >= want. Fails the task with ERR_REMOTE when rank died first, and with
- * ERR_MISMATCH when rank runs another operation under this sequence number. */
-int chorus__conn_shm_reached(chorus_task_t* t, int rank, int f, uint64_t want, chorus_status_t* st);
-/* 0 and *st < 0 when rank can no longer take part (it died, or runs another operation under
- * this sequence number: checked now and then); 1 otherwise. For waits on other than flags. */
-int chorus__conn_shm_peer_ok(chorus_task_t* t, int rank, chorus_status_t* st);
-/* ERR_MISMATCH, with both calls named when rank's signature still shows its call. */
-chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int rank);
-/* Rank's LL buffer for operations of parity `which` (see shm.h); the id of the last LL
+/* 1 when local rank l's flag[f] >= want. Fails the task with ERR_REMOTE when it died first, and
+ * with ERR_MISMATCH when it runs another operation under this sequence number. */
+int chorus__conn_shm_reached(chorus_task_t* t, int local, int f, uint64_t want, chorus_status_t* st);
+/* 0 and *st < 0 when local rank l can no longer take part (it died, or runs another operation
+ * under this sequence number: checked now and then); 1 otherwise. For waits on other than flags. */
+int chorus__conn_shm_peer_ok(chorus_task_t* t, int local, chorus_status_t* st);
+/* ERR_MISMATCH, with both calls named when the local rank's signature still shows its call. */
+chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int local);
+/* A local rank's LL buffer for operations of parity `which` (see shm.h); the id of the last LL
  * operation this rank completed (read and written by the LL algorithms). */
-uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int rank, int which);
+uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int local, int which);
 uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t);
 /* Publishes flag f = value for this rank (release) and signals. */
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value);
@@ -85,16 +99,43 @@ int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_byt
                              size_t recv_bytes);
 /* Publishes this rank's buffer locations (before it publishes ARRIVED). */
 void chorus__conn_zc_publish(chorus_task_t* t);
-/* Rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
-char* chorus__conn_zc_send(chorus_task_t* t, int rank);
-char* chorus__conn_zc_recv(chorus_task_t* t, int rank);
+/* A local rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
+char* chorus__conn_zc_send(chorus_task_t* t, int local);
+char* chorus__conn_zc_recv(chorus_task_t* t, int local);
+struct chorus_transport;
+
+/* The rank a verdict blames first (-1: none), how (CHORUS_BLAME_*), and for a rank that stood
+ * still, for how long. Carried in give-up frames (frame.h), so every rank can name it. */
+enum { CHORUS_BLAME_NEVER = 1, CHORUS_BLAME_STUCK, CHORUS_BLAME_SILENT_POSTED, CHORUS_BLAME_SILENT, CHORUS_BLAME_GONE };
+typedef struct {
+  int rank;
+  int kind;
+  uint32_t stood_ms;
+  /* Set when this rank breaks because a peer gave up: the rank that gave up first and its
+   * status, passed on in this rank's own give-up frame. */
+  int origin;
+  chorus_status_t origin_status;
+} chorus_blame_t;
+
 /* After a timeout of t (a collective): a sentence naming the ranks that never posted it, that
  * posted it and then stood still (their heartbeat, shm.h), that do not answer or are gone, and
  * those that wait too. On one host it is read from shared memory; otherwise this rank asks
  * every peer for its status (status frames, frame.h) and waits for the answers up to a second;
  * ranks of a peer's host that do not answer are described by that peer from what they publish
  * in its host's segment. mu held. */
-void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen);
+void chorus__conn_verdict(chorus_task_t* t, char* out, size_t outlen, chorus_blame_t* blame);
+/* After a peer gave up on t with ERR_MISMATCH: 1 when that rank shares this host's segment and
+ * its published signature shows how the calls differ, written to the transport's error
+ * sentence (which then names both calls and, e.g., registered memory on one side only). */
+int chorus__conn_explain_mismatch(chorus_task_t* t, int rank);
+/* The give-up frame this rank sends when its communicator breaks with st while it runs t (NULL:
+ * between operations), blaming `blame`. */
+void chorus__conn_give_up_frame(const chorus_task_t* t, uint64_t comm_id, int rank, chorus_status_t st,
+                                const chorus_blame_t* blame, chorus_frame_hdr_t* h);
+/* The give-up frame received (tp->gave_up from tp->gave_up_from) as a sentence: "rank 0 (host
+ * h0) gave up on allreduce #8 (CHORUS_ERR_TIMEOUT); its verdict: rank 3 (host h1) never posted
+ * allreduce #8"; and the rank it blames, for this rank's own give-up frame. */
+void chorus__conn_describe_give_up(const struct chorus_transport* tp, char* out, size_t outlen, chorus_blame_t* blame);
 /* The transport's status_answer hook (ctx: the communicator): sends `asker` this rank's
  * status, then that of the other ranks of its host as they publish it. mu held. */
 void chorus__conn_status_answer(void* ctx, int asker);

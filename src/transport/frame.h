@@ -31,6 +31,23 @@
 #define CHORUS_STATUS_SECONDHAND 0x02000000u /* about another rank of the sender's host, read
                                                 from the shared-memory signature it publishes */
 #define CHORUS_STATUS_IN_CALL 0x04000000u    /* the subject has an operation in flight */
+/* A give-up frame (first hand): the sender's communicator broke (a timeout, a failed peer, a
+ * mismatch, chorus_comm_abort), so no later collective can complete; sent to every peer just
+ * before its sockets close, so that ranks waiting on something else (a host-mate's flag, a
+ * third rank) learn it at once instead of at their own timeout. seq = 1 + the sequence number
+ * of the collective it gave up on (0: none in flight); coll, dtype, op, count: that call; root
+ * = the rank its verdict blames (-1: none); nbytes = -status | verdict kind << 8 | (origin + 1)
+ * << 16 | the blamed rank's standing time in ms << 32 (CHORUS_GAVE_UP_* below). A rank that
+ * gives up because a peer did passes on that peer's status and verdict, and names the rank that
+ * gave up first as the origin (0: the sender itself, or a rank past 65534). */
+#define CHORUS_STATUS_GAVE_UP 0x08000000u
+#define CHORUS_GAVE_UP_STATUS(nbytes) (-(int)((nbytes) & 0xff))
+#define CHORUS_GAVE_UP_KIND(nbytes) ((int)(((nbytes) >> 8) & 0xff))
+#define CHORUS_GAVE_UP_ORIGIN(nbytes) ((int)(((nbytes) >> 16) & 0xffff) - 1)
+#define CHORUS_GAVE_UP_STOOD_MS(nbytes) ((uint32_t)((nbytes) >> 32))
+#define CHORUS_GAVE_UP_NBYTES(status, kind, origin, stood_ms)                                     \
+  ((uint64_t)(uint8_t)(-(status)) | (uint64_t)(uint8_t)(kind) << 8 |                              \
+   (uint64_t)((origin) >= 0 && (origin) < 0xffff ? (origin) + 1 : 0) << 16 | (uint64_t)(uint32_t)(stood_ms) << 32)
 #define CHORUS_PROTO_VERSION 1
 
 typedef struct {
@@ -43,15 +60,21 @@ typedef struct {
   uint32_t tag;
   uint64_t comm_id;
   uint64_t seq;
-  uint64_t count;  /* the call's count argument */
+  /* The call's count argument; the variable-size calls carry what the two ends must agree
+   * on: allgatherv, reduce_scatterv: a hash of the counts vector (every rank sees it whole);
+   * alltoallv: the elements the sender expects back from the receiver (which checks it against
+   * what it sends, as the sender's nbytes against what it expects); gatherv, scatterv: the
+   * message's elements (0 in the empty frames that confirm a block). */
+  uint64_t count;
   uint64_t nbytes; /* total bytes of this message (over all its stripes) */
 } chorus_frame_hdr_t;
 
 _Static_assert(sizeof(chorus_frame_hdr_t) == 48, "frame header must stay 48 bytes");
 
 /* Bytes that always hold a header's description, NUL included. The longest is a collective's:
- * 36 bytes of fixed text, three names printed with at most 15 characters each (%.15s), three
- * 20-digit 64-bit numbers, a 10-digit tag and an 11-character root: 162 characters. */
+ * 30 bytes of fixed text, the count (at most 34 characters: "<20 digits> expected back"),
+ * three names printed with at most 15 characters each (%.15s), two 20-digit 64-bit numbers, a
+ * 10-digit tag and an 11-character root: 170 characters. */
 #define CHORUS_FRAME_DESC_LEN 176
 /* Bytes that always hold chorus__frame_check's sentence, NUL included: 60 bytes of fixed text
  * around two descriptions of at most CHORUS_FRAME_DESC_LEN - 1 characters each. */

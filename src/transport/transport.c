@@ -9,6 +9,7 @@
  * its peers, which answer from their progress passes; they never count as progress.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int n
   struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = NULL};
   epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wakefd, &ev);
   tp->peers[rank].is_self = 1;
+  tp->gave_up_from = -1;
   return CHORUS_OK;
 }
 
@@ -175,6 +177,15 @@ static chorus_status_t handle_status(chorus_transport_t* tp, chorus_stream_t* s,
     return CHORUS_ERR_PROTOCOL;
   }
   int subject = (int)(h->tag & CHORUS_STATUS_RANK_MASK), second = (h->tag & CHORUS_STATUS_SECONDHAND) != 0;
+  if (h->tag & CHORUS_STATUS_GAVE_UP) {
+    if (tp->gave_up_from < 0) {
+      tp->gave_up = *h;
+      tp->gave_up_from = s->peer;
+    }
+    tp->status[s->peer].gave_up = 1; /* for a verdict still being gathered */
+    tp->status[s->peer].gave_up_hdr = *h;
+    return CHORUS_OK;
+  }
   chorus_rank_status_t* rs = &tp->status[subject];
   if (!second || rs->have < 2) {
     rs->hdr = *h;
@@ -189,9 +200,39 @@ static chorus_status_t handle_status(chorus_transport_t* tp, chorus_stream_t* s,
   return CHORUS_OK;
 }
 
-/* Reads the next frame header; status frames met on the way are handled and skipped. 1 when a
- * data frame's header is complete in s->rx_hdr (possibly read earlier, before its receive was
- * posted). */
+/* An abort frame (the peer found mismatched calls and tells this rank what it runs) met where
+ * no receive waits for it: taken as that peer's give-up, so that it neither waits for a
+ * receive nor hides the frames behind it. */
+static void abort_as_give_up(chorus_transport_t* tp, const chorus_stream_t* s) {
+  const chorus_frame_hdr_t* a = &s->rx_hdr;
+  if (a->version != CHORUS_PROTO_VERSION || a->comm_id != tp->comm_id) return;
+  chorus_frame_hdr_t g;
+  memset(&g, 0, sizeof(g));
+  g.magic = CHORUS_FRAME_STATUS_MAGIC;
+  g.version = CHORUS_PROTO_VERSION;
+  g.comm_id = tp->comm_id;
+  g.tag = (uint32_t)s->peer | CHORUS_STATUS_GAVE_UP;
+  g.root = -1;
+  g.nbytes = CHORUS_GAVE_UP_NBYTES(CHORUS_ERR_MISMATCH, 0, -1, 0);
+  if (a->coll != CH_COLL_SEND) { /* point-to-point numbers are per pair */
+    g.seq = a->seq + 1;
+    g.coll = a->coll;
+    g.dtype = a->dtype;
+    g.op = a->op;
+    g.count = a->count;
+  }
+  if (tp->gave_up_from < 0) {
+    tp->gave_up = g;
+    tp->gave_up_from = s->peer;
+  }
+  tp->status[s->peer].gave_up = 1;
+  tp->status[s->peer].gave_up_hdr = g;
+}
+
+/* Reads the next frame header; status frames met on the way are handled and skipped, and so
+ * are abort frames while no receive is posted. 1 when a data frame's header (or an abort frame
+ * for the receive at the head) is complete in s->rx_hdr (possibly read earlier, before its
+ * receive was posted). */
 static int read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st) {
   for (;;) {
     while (s->rx_hdr_off < sizeof(s->rx_hdr)) {
@@ -199,6 +240,11 @@ static int read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status
       if (n < 0) *st = stream_error(tp, s, "failed while receiving", (int)-n);
       if (n <= 0) return 0;
       s->rx_hdr_off += (size_t)n;
+    }
+    if (s->rx_hdr.magic == CHORUS_FRAME_ABORT_MAGIC && !s->recvq.count) {
+      abort_as_give_up(tp, s);
+      s->rx_hdr_off = 0;
+      continue;
     }
     if (s->rx_hdr.magic != CHORUS_FRAME_STATUS_MAGIC) return 1;
     s->rx_hdr_off = 0;
@@ -311,6 +357,9 @@ chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved) {
       if (s->ctl_count && s->is_shm) ctl_flush(s);
       if (st >= 0 && s->recvq.count) st = stream_recv(tp, s, moved);
       if (st >= 0 && s->rx_ready) st = stream_idle_read(tp, s);
+      /* A shared-memory peer that gave up said so on its socket just before closing it: read
+       * that first, so the error can say why (a TCP stream delivers it in order anyway). */
+      if (st < 0 && s->is_shm) (void)ctl_read(tp, s);
       if (st < 0) return st;
     }
   }
@@ -324,9 +373,20 @@ const char* chorus__status_check(const chorus_transport_t* tp, int sender, const
   if (h->version != CHORUS_PROTO_VERSION) return "another protocol version";
   if (h->comm_id != tp->comm_id) return "another communicator";
   uint32_t flags = h->tag & ~CHORUS_STATUS_RANK_MASK, subject = h->tag & CHORUS_STATUS_RANK_MASK;
-  if (flags & ~(CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL)) return "unknown flags";
+  if (flags & ~(CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL | CHORUS_STATUS_GAVE_UP))
+    return "unknown flags";
   /* Only now is the subject trusted as an index. */
   if (subject >= (uint32_t)tp->nranks) return "impossible rank";
+  if (flags & CHORUS_STATUS_GAVE_UP) {
+    if (flags != CHORUS_STATUS_GAVE_UP || (int)subject != sender) return "a give-up frame not about its sender";
+    if (h->root < -1 || h->root >= tp->nranks) return "a give-up frame blaming an impossible rank";
+    int origin = CHORUS_GAVE_UP_ORIGIN(h->nbytes);
+    if (origin >= tp->nranks || origin == sender) return "a give-up frame passing on an impossible rank";
+    int status = CHORUS_GAVE_UP_STATUS(h->nbytes);
+    if (status >= 0 || strcmp(chorus_status_name((chorus_status_t)status), "CHORUS_UNKNOWN_STATUS") == 0)
+      return "a give-up frame with an unknown status";
+    return NULL;
+  }
   if (!(flags & CHORUS_STATUS_SECONDHAND)) {
     if ((int)subject != sender) return "a first-hand status about another rank";
     if (h->nbytes > h->seq) return "more collectives completed than posted";
@@ -364,6 +424,71 @@ void chorus__transport_send_status(chorus_transport_t* tp, int peer, const choru
   s->ctl[(s->ctl_head + s->ctl_count) % s->ctl_cap] = *h;
   s->ctl_count++;
   ctl_flush(s);
+}
+
+/* How long a rank that gives up may spend telling its peers: finishing the frames its TCP
+ * streams are in the middle of (peers that wait for them drain them at once) and writing the
+ * give-up frames, for all peers together. */
+#define GIVE_UP_FLUSH_MS 100
+
+/* Waits up to the deadline for room on the stream's socket; 0 when it passed. */
+static int wait_writable(const chorus_stream_t* s, uint64_t deadline_ns) {
+  uint64_t now = chorus__now_ns();
+  if (now >= deadline_ns) return 0;
+  struct pollfd pfd = {.fd = s->fd, .events = POLLOUT};
+  return poll(&pfd, 1, (int)((deadline_ns - now) / 1000000) + 1) > 0 && (pfd.revents & POLLOUT);
+}
+
+/* Writes the rest of the frame (data or control) a TCP stream is in the middle of, so that a
+ * frame can follow; its bytes are the real ones, so the peer may even complete a receive with
+ * them. 1 when the stream is at a frame boundary. */
+static int finish_frame(chorus_stream_t* s, uint64_t deadline_ns) {
+  while (s->ctl_off) {
+    ctl_flush(s);
+    if (s->ctl_off && (s->peer_closed || !wait_writable(s, deadline_ns))) return 0;
+  }
+  chorus_xfer_t* x = chorus__xq_head(&s->sendq);
+  while (!tx_at_boundary(s) && x) {
+    size_t off, len;
+    part_range(x->nbytes, x->nparts, x->nparts > 1 ? s->index : 0, &off, &len);
+    struct iovec iov[2];
+    int niov = 0;
+    if (s->tx_hdr_off < sizeof(x->hdr))
+      iov[niov++] = (struct iovec){(char*)&x->hdr + s->tx_hdr_off, sizeof(x->hdr) - s->tx_hdr_off};
+    if (s->tx_off < len) iov[niov++] = (struct iovec){x->buf + off + s->tx_off, len - s->tx_off};
+    ssize_t n = niov ? chorus__tcp_writev(s, iov, niov) : 0;
+    if (n < 0) return 0;
+    size_t sent = (size_t)n, hdr_left = sizeof(x->hdr) - s->tx_hdr_off, to_hdr = sent < hdr_left ? sent : hdr_left;
+    s->tx_hdr_off += to_hdr;
+    s->tx_off += sent - to_hdr;
+    if (s->tx_hdr_off == sizeof(x->hdr) && s->tx_off == len) {
+      chorus__xq_pop(&s->sendq);
+      s->tx_hdr_off = s->tx_off = 0;
+      part_done(x);
+      break;
+    }
+    if (n == 0 && !wait_writable(s, deadline_ns)) return 0;
+  }
+  return tx_at_boundary(s);
+}
+
+void chorus__transport_give_up(chorus_transport_t* tp, const chorus_frame_hdr_t* h) {
+  uint64_t deadline = chorus__now_ns() + (uint64_t)GIVE_UP_FLUSH_MS * 1000000ull;
+  for (int p = 0; p < tp->nranks; p++) {
+    chorus_peer_t* peer = &tp->peers[p];
+    for (int i = 0; i < peer->nsocks; i++) {
+      chorus_stream_t* s = &peer->socks[i];
+      if (s->fd < 0 || s->peer_closed || (!s->is_shm && !finish_frame(s, deadline))) continue;
+      size_t off = 0;
+      while (off < sizeof(*h)) {
+        struct iovec iov = {(char*)h + off, sizeof(*h) - off};
+        ssize_t n = chorus__tcp_writev(s, &iov, 1);
+        if (n < 0 || (n == 0 && !wait_writable(s, deadline))) break;
+        off += (size_t)n;
+      }
+      break; /* one stream per peer */
+    }
+  }
 }
 
 /* One round of a gathering rank's I/O on a stream: data and control frames out, status frames

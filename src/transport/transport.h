@@ -69,6 +69,8 @@ typedef struct {
   int have;               /* 0: nothing; 1: second hand (from rank `via`); 2: from the rank itself */
   int via;
   int gone;               /* its connection closed or failed while this rank asked */
+  int gave_up;            /* it sent a give-up frame (gave_up_hdr) */
+  chorus_frame_hdr_t gave_up_hdr;
 } chorus_rank_status_t;
 
 typedef struct chorus_transport {
@@ -90,6 +92,8 @@ typedef struct chorus_transport {
   chorus_window_t* windows;    /* registered memory (chorus_mem_alloc) */
   uint64_t windows_made;       /* windows ever made: the next window's index */
   chorus_rank_status_t* status; /* per rank: what status frames said about it */
+  chorus_frame_hdr_t gave_up;   /* the first give-up frame received (frame.h) */
+  int gave_up_from;             /* its sender, -1 while none came */
   /* Called when a peer asks for this rank's status (it timed out): queues the answer with
    * chorus__transport_send_status. Set by the engine; NULL: the rank does not answer. */
   void (*status_answer)(void* ctx, int asker);
@@ -170,6 +174,11 @@ void chorus__transport_send_status(chorus_transport_t* tp, int peer, const choru
  * gone, or wait_ms passed. It may move bytes of the transfers in flight: call it only on the
  * way to failing them. */
 void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms);
+
+/* Tells every peer that this rank gives up (give-up frame h, frame.h): written at once on a
+ * socket whose outgoing data is at a frame boundary; a peer whose socket is in the middle of a
+ * frame learns it from the socket closing (chorus__transport_shutdown, which follows). */
+void chorus__transport_give_up(chorus_transport_t* tp, const chorus_frame_hdr_t* h);
 
 /* Drops every queued transfer (after a failure) and shuts the sockets so peers notice. */
 void chorus__transport_shutdown(chorus_transport_t* tp);

@@ -45,12 +45,13 @@ const char* mx_coll_name(chorus_coll_t coll) {
 }
 
 int mx_coll_reduces(chorus_coll_t coll) {
-  return coll == CH_COLL_ALLREDUCE || coll == CH_COLL_REDUCE || coll == CH_COLL_REDUCE_SCATTER;
+  return coll == CH_COLL_ALLREDUCE || coll == CH_COLL_REDUCE || coll == CH_COLL_REDUCE_SCATTER ||
+         coll == CH_COLL_REDUCE_SCATTERV;
 }
 
 int mx_coll_rooted(chorus_coll_t coll) {
   return coll == CH_COLL_BROADCAST || coll == CH_COLL_REDUCE || coll == CH_COLL_GATHER ||
-         coll == CH_COLL_SCATTER;
+         coll == CH_COLL_SCATTER || coll == CH_COLL_GATHERV || coll == CH_COLL_SCATTERV;
 }
 
 static int coll_is_p2p(chorus_coll_t coll) {
@@ -68,8 +69,10 @@ const char* mx_spec_str(const mx_spec_t* s, char* buf, size_t size) {
     snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), " root=%d", s->root);
   if (coll_is_p2p(s->coll))
     snprintf(extra, sizeof(extra), " pattern=%s", s->pattern == MX_P2P_RING ? "ring" : "pairs");
-  snprintf(buf, size, "%s count=%zu %s%s%s", mx_coll_name(s->coll), s->count,
-           ref_dtypes[s->dtype].name, extra, s->in_place ? " in_place" : "");
+  if (mx_coll_is_v(s->coll))
+    snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), " %s", s->layout ? "displs" : "packed");
+  snprintf(buf, size, "%s %s=%zu %s%s%s", mx_coll_name(s->coll), mx_coll_is_v(s->coll) ? "scale" : "count",
+           s->count, ref_dtypes[s->dtype].name, extra, s->in_place ? " in_place" : "");
   return buf;
 }
 
@@ -138,6 +141,9 @@ static unsigned char* alloc_guarded(size_t bytes, int poison_body) {
 
 static unsigned char* body(unsigned char* alloc) { return alloc + MX_GUARD_BYTES; }
 
+unsigned char* mx_alloc_guarded(size_t bytes, int poison_body) { return alloc_guarded(bytes, poison_body); }
+unsigned char* mx_body(unsigned char* alloc) { return body(alloc); }
+
 /* ---- expectations ---- */
 
 size_t mx_common_expect_elems(const mx_spec_t* s, int nranks) {
@@ -181,6 +187,11 @@ void mx_common_expect_range(const mx_spec_t* s, int nranks, void* out, size_t lo
 
 static const unsigned char* own_expect(mx_op_t* op, size_t bytes) {
   op->expect_owned = cache_alloc(bytes);
+  return op->expect_owned;
+}
+
+unsigned char* mx_own_expect(mx_op_t* op, size_t bytes) {
+  own_expect(op, bytes);
   return op->expect_owned;
 }
 
@@ -398,6 +409,11 @@ void mx_op_prepare(mx_op_t* op, const mx_spec_t* s, int rank, int nranks,
     case CH_COLL_SEND:
     case CH_COLL_SENDRECV: prepare_p2p(op); break;
     case CH_COLL_BARRIER: break;
+    case CH_COLL_ALLGATHERV:
+    case CH_COLL_REDUCE_SCATTERV:
+    case CH_COLL_ALLTOALLV:
+    case CH_COLL_GATHERV:
+    case CH_COLL_SCATTERV: mx_vop_prepare(op); break;
     default: FAIL("mx_op_prepare: unsupported collective %d", (int)s->coll);
   }
   if (!s->in_place && op->send_alloc && op->send_bytes <= MX_SEND_COPY_MAX_BYTES) {
@@ -418,6 +434,7 @@ chorus_status_t mx_op_run(mx_op_t* op, chorus_comm_t* comm) {
   const mx_spec_t* s = &op->s;
   size_t c = s->count;
   chorus_status_t st;
+  if (mx_coll_is_v(s->coll)) return mx_vop_call(op, comm, NULL);
   switch (s->coll) {
     case CH_COLL_ALLREDUCE:
       return chorus_allreduce(op->send_arg, op->recv_arg, c, s->dtype, s->op, comm);
@@ -458,6 +475,11 @@ chorus_status_t mx_op_post(mx_op_t* op, chorus_comm_t* comm) {
   chorus_req_t** r = op->req;
   chorus_status_t st;
   op->nreq = 1;
+  if (mx_coll_is_v(s->coll)) {
+    st = mx_vop_call(op, comm, r);
+    mx_vop_drop_arrays(op);
+    return st;
+  }
   switch (s->coll) {
     case CH_COLL_ALLREDUCE:
       return chorus_iallreduce(op->send_arg, op->recv_arg, c, s->dtype, s->op, comm, r);
@@ -567,6 +589,8 @@ void mx_op_release(mx_op_t* op) {
   cache_free(op->expect_owned);
   cache_free(op->send_copy);
   op->send_alloc = op->recv_alloc = op->expect_owned = op->send_copy = NULL;
+  free(op->v_mem);
+  op->v_mem = NULL;
 }
 
 /* ---- algorithms ---- */
@@ -716,17 +740,22 @@ static int matrix_rank_main(chorus_comm_t* comm, int rank, void* arg) {
         }
         int vars[16];
         int nvars = variants(ctx, &rotation, vars);
+        /* Variable-size calls: blocks back to back (NULL displacements) and scattered. */
+        int nlayouts = mx_coll_is_v(ctx->coll) && ctx->coll != CH_COLL_REDUCE_SCATTERV ? 2 : 1;
         for (int v = 0; v < nvars; v++) {
           for (int in_place = in_place_first; in_place <= in_place_last; in_place++) {
-            mx_spec_t s = {ctx->coll,
-                           ctx->counts[ci],
-                           (chorus_dtype_t)dt,
-                           (chorus_op_t)op,
-                           mx_coll_rooted(ctx->coll) ? vars[v] : 0,
-                           coll_is_p2p(ctx->coll) ? vars[v] : 0,
-                           in_place,
-                           ref_mix64(ctx->base_seed + ++combo)};
-            problems += matrix_step(ctx, comm, rank, &s);
+            for (int layout = 0; layout < nlayouts; layout++) {
+              mx_spec_t s = {ctx->coll,
+                             ctx->counts[ci],
+                             (chorus_dtype_t)dt,
+                             (chorus_op_t)op,
+                             mx_coll_rooted(ctx->coll) ? vars[v] : 0,
+                             coll_is_p2p(ctx->coll) ? vars[v] : 0,
+                             in_place,
+                             ref_mix64(ctx->base_seed + ++combo),
+                             layout};
+              problems += matrix_step(ctx, comm, rank, &s);
+            }
           }
         }
       }
@@ -853,6 +882,30 @@ void mx_run_hosts(chorus_coll_t coll, int nranks, const int* host_of) {
   mx_run_matrix(coll, nranks, hosts_counts, sizeof(hosts_counts) / sizeof(hosts_counts[0]), MX_ROTATE_ROOTS);
   ranks_set_hosts(0, NULL);
   set_env_list(hosts_env, 1);
+}
+
+/* Variable-size collectives: count scales {0, 1, 7, 1023} (per-rank counts, vmatrix.c) with
+ * 4 KiB chunks and the smallest shared-memory rings and slots, so that the large block of
+ * scales 7 and up is pipelined in many chunks next to empty and short blocks. Each has one
+ * algorithm: automatic selection only. */
+static const size_t v_scales[] = {0, 1, 7, 1023};
+
+void mx_run_v(chorus_coll_t coll, int nranks) {
+  set_env_list(small_chunk_env, 0);
+  mx_run_matrix(coll, nranks, v_scales, sizeof(v_scales) / sizeof(v_scales[0]), MX_AUTO_IF_SINGLE);
+  set_env_list(small_chunk_env, 1);
+}
+
+void mx_run_v_tcp(chorus_coll_t coll, int nranks) {
+  set_env_list(tcp_env, 0);
+  mx_run_v(coll, nranks);
+  set_env_list(tcp_env, 1);
+}
+
+void mx_run_v_hosts(chorus_coll_t coll, int nranks, const int* host_of) {
+  ranks_set_hosts(nranks, host_of);
+  mx_run_v(coll, nranks);
+  ranks_set_hosts(0, NULL);
 }
 
 void mx_run_small(chorus_coll_t coll, int nranks) {

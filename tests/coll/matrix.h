@@ -26,6 +26,10 @@ typedef struct {
   int pattern;    /* CH_COLL_SEND / CH_COLL_SENDRECV only */
   int in_place;
   uint64_t seed; /* makes every call's data different */
+  /* Variable-size collectives: 0: displacements NULL (blocks back to back); 1: blocks in
+   * reverse rank order with gaps that must stay untouched, empty blocks placed far outside
+   * the buffer (vmatrix.c). count is the scale of the per-rank counts (0: all empty). */
+  int layout;
 } mx_spec_t;
 
 /* One rank's side of one call. */
@@ -47,6 +51,11 @@ typedef struct {
   unsigned char* send_copy; /* out of place: the input, to check the call left it alone */
   chorus_req_t* req[2];
   int nreq;
+  /* Variable-size collectives: the arrays the call is given (NULL where it passes NULL), in
+   * one allocation the non-blocking path frees right after posting (the library copies them). */
+  size_t* v_mem;
+  size_t v_scalar; /* sendcount (allgatherv, gatherv) or recvcount (scatterv) */
+  const size_t *v_sendcounts, *v_sdispls, *v_recvcounts, *v_rdispls;
 } mx_op_t;
 
 /* The expectation that every rank shares (allreduce, reduce, broadcast, allgather), in
@@ -76,6 +85,23 @@ const char* mx_coll_name(chorus_coll_t coll);
 int mx_coll_reduces(chorus_coll_t coll);
 int mx_coll_rooted(chorus_coll_t coll);
 int mx_coll_has_in_place(chorus_coll_t coll);
+
+/* ---- variable-size collectives (vmatrix.c) ---- */
+
+int mx_coll_is_v(chorus_coll_t coll);
+/* Buffers, arrays and expectation of a variable-size call (called by mx_op_prepare). */
+void mx_vop_prepare(mx_op_t* op);
+/* The blocking call (req NULL) or the non-blocking one. */
+chorus_status_t mx_vop_call(mx_op_t* op, chorus_comm_t* comm, chorus_req_t** req);
+/* Overwrites and frees the arrays (after a non-blocking post: the library must have copied). */
+void mx_vop_drop_arrays(mx_op_t* op);
+
+/* Shared with vmatrix.c: a buffer with poisoned guards (and body when poison_body), its body,
+ * and the expectation buffer an op owns. */
+unsigned char* mx_alloc_guarded(size_t bytes, int poison_body);
+unsigned char* mx_body(unsigned char* alloc);
+unsigned char* mx_own_expect(mx_op_t* op, size_t bytes);
+enum { MX_POISON_BYTE = 0xa5 };
 
 /* ---- algorithms ---- */
 
@@ -120,6 +146,14 @@ void mx_run_chunked(chorus_coll_t coll, int nranks);
 /* Counts {0, 1, 1023, 20011} with CHORUS_SHM_DISABLE=1: same-host ranks over TCP; roots
  * rotate. */
 void mx_run_tcp(chorus_coll_t coll, int nranks);
+
+/* Variable-size collectives: count scales {0, 1, 7, 1023} (irregular per-rank counts with
+ * empty blocks and one large one, vmatrix.c), every dtype, op, root, in place and layout, with
+ * 4 KiB chunks, automatic selection (one algorithm each); _tcp: shared memory disabled. */
+void mx_run_v(chorus_coll_t coll, int nranks);
+void mx_run_v_tcp(chorus_coll_t coll, int nranks);
+/* mx_run_v on emulated hosts (mx_run_hosts). */
+void mx_run_v_hosts(chorus_coll_t coll, int nranks, const int* host_of);
 
 /* Ranks on emulated hosts (rank r on host host_of[r]: shared memory inside a host, TCP
  * between hosts): counts {0, 1, 7, 1023, 20011} with 4 KiB chunks, roots rotating. */

@@ -3,8 +3,9 @@
  * communicators carry different host ids): shared memory inside a host, TCP between hosts,
  * as on a cluster. Layouts: 2 hosts x 2 ranks numbered by host and round robin, 2 x 3 and
  * 4 x 2 round robin, and the uneven 3+1 and 1+2+3, so that the host-ordered ring, rails and
- * every group mapping meet rank numberings that differ from host order. Results bitwise
- * against the independent reference (matrix.c).
+ * every group mapping meet rank numberings that differ from host order; the variable-size
+ * collectives on some of them. Results bitwise against the independent reference (matrix.c,
+ * vmatrix.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,21 @@ TEST_EX(barrier_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k2x3_rr)
 TEST_EX(barrier_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 8, k4x2_rr); }
 TEST_EX(barrier_3p1, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 4, k3p1); }
 TEST_EX(barrier_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k1p2p3); }
+
+/* Variable-size collectives: count scales {0, 1, 7, 1023} with empty and large blocks. */
+TEST_EX(allgatherv_2x2_rr, 300, "quick") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 4, k2x2_rr); }
+TEST_EX(allgatherv_2x3_rr, 300, "full") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 6, k2x3_rr); }
+TEST_EX(allgatherv_1p2p3, 300, "full") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 6, k1p2p3); }
+TEST_EX(reduce_scatterv_2x2_rr, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 4, k2x2_rr); }
+TEST_EX(reduce_scatterv_2x3_rr, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 6, k2x3_rr); }
+TEST_EX(reduce_scatterv_1p2p3, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 6, k1p2p3); }
+TEST_EX(alltoallv_2x2_rr, 300, "quick") { mx_run_v_hosts(CH_COLL_ALLTOALLV, 4, k2x2_rr); }
+TEST_EX(alltoallv_2x3_rr, 300, "full") { mx_run_v_hosts(CH_COLL_ALLTOALLV, 6, k2x3_rr); }
+TEST_EX(alltoallv_3p1, 300, "full") { mx_run_v_hosts(CH_COLL_ALLTOALLV, 4, k3p1); }
+TEST_EX(gatherv_2x2_rr, 300, "full") { mx_run_v_hosts(CH_COLL_GATHERV, 4, k2x2_rr); }
+TEST_EX(gatherv_3p1, 300, "full") { mx_run_v_hosts(CH_COLL_GATHERV, 4, k3p1); }
+TEST_EX(scatterv_2x2_rr, 300, "full") { mx_run_v_hosts(CH_COLL_SCATTERV, 4, k2x2_rr); }
+TEST_EX(scatterv_3p1, 300, "full") { mx_run_v_hosts(CH_COLL_SCATTERV, 4, k3p1); }
 
 /* CHORUS_ALGO routes calls by size: below 1 KiB the ring, from 1 KiB on shm, which cannot
  * serve a communicator that spans hosts, so those calls fail and name it; the same sizes in

@@ -3,7 +3,8 @@
  * i-collectives (and p2p) are posted back to back, then completed; every result is checked,
  * and chorus_test must show completion in posting order (a later request never completes
  * before an earlier one). Also: waiting the last request first, a blocking call behind
- * non-blocking ones, and a request freed while still in flight.
+ * non-blocking ones, and a request freed while still in flight. The variable-size calls' arrays
+ * are freed right after posting.
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -17,10 +18,13 @@
 
 enum { NOPS = 20, MAX_REQS = 2 * NOPS };
 
+/* The variable-size calls' count and displacement arrays are overwritten and freed as soon as
+ * each is posted (mx_op_post): the library must have copied them. */
 static const chorus_coll_t mixed_colls[] = {
-    CH_COLL_ALLREDUCE,      CH_COLL_BROADCAST, CH_COLL_REDUCE, CH_COLL_ALLGATHER,
-    CH_COLL_REDUCE_SCATTER, CH_COLL_ALLTOALL,  CH_COLL_GATHER, CH_COLL_SCATTER,
-    CH_COLL_BARRIER,        CH_COLL_SENDRECV,  CH_COLL_SEND,
+    CH_COLL_ALLREDUCE,      CH_COLL_BROADCAST,  CH_COLL_REDUCE,          CH_COLL_ALLGATHER,
+    CH_COLL_REDUCE_SCATTER, CH_COLL_ALLTOALL,   CH_COLL_GATHER,          CH_COLL_SCATTER,
+    CH_COLL_BARRIER,        CH_COLL_SENDRECV,   CH_COLL_SEND,            CH_COLL_ALLGATHERV,
+    CH_COLL_ALLTOALLV,      CH_COLL_GATHERV,    CH_COLL_REDUCE_SCATTERV, CH_COLL_SCATTERV,
 };
 static const size_t mixed_counts[] = {1, 7, 1023, 4097, 0, 65537, 33};
 
@@ -35,7 +39,8 @@ static mx_spec_t mixed_spec(int k, int nranks, uint64_t salt) {
                  k % nranks,
                  k % 2,
                  (k / 3) % 2,
-                 ref_mix64(salt * 1000 + (uint64_t)k)};
+                 ref_mix64(salt * 1000 + (uint64_t)k),
+                 (k / 4) % 2};
   if (!mx_coll_has_in_place(s.coll)) s.in_place = 0;
   return s;
 }

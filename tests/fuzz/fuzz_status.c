@@ -1,8 +1,9 @@
 /*
  * fuzz_status.c - libFuzzer target for the status-frame check (chorus__status_check in
  * src/transport/transport.c). After a timeout, ranks exchange status frames (frame.h:
- * CHORUS_FRAME_STATUS_MAGIC) to build a verdict, and every one received passes this check
- * before its subject rank is used as an index (into tp->peers here, tp->status by the caller).
+ * CHORUS_FRAME_STATUS_MAGIC) to build a verdict, a rank whose communicator broke sends give-up
+ * frames (CHORUS_STATUS_GAVE_UP), and every one received passes this check before its subject
+ * rank is used as an index (into tp->peers here, tp->status by the caller).
  * The input chooses the communicator (size, this rank, the sender, a host per rank from a small
  * set, so that some ranks share the sender's host and some do not) and overlays the 48-byte
  * header, which starts as a valid first-hand status from the sender. The verdict (accepted or
@@ -104,11 +105,20 @@ static int oracle_accepts(const setup_t* s, const chorus_frame_hdr_t* h) {
   if (h->magic != CHORUS_FRAME_STATUS_MAGIC) return 0;
   if (h->version != CHORUS_PROTO_VERSION) return 0;
   if (h->comm_id != kCommId) return 0;
-  const uint32_t known = CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL;
+  const uint32_t known = CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL | CHORUS_STATUS_GAVE_UP;
   uint32_t subject = h->tag & CHORUS_STATUS_RANK_MASK, flags = h->tag & ~CHORUS_STATUS_RANK_MASK;
   if ((flags | known) != known) return 0;
   if (subject >= (uint32_t)s->nranks) return 0;
   int subj = (int)subject;
+  if (flags & CHORUS_STATUS_GAVE_UP) {
+    /* A give-up frame: the sender about itself, no other flag, blaming no rank (-1) or one of
+     * the communicator, with an error status (CHORUS_ERR_INVALID_ARG .. CHORUS_ERR_INTERNAL),
+     * passing on no rank (-1) or another rank of the communicator as the one that gave up first. */
+    int status = -(int)(h->nbytes & 0xff), origin = (int)((h->nbytes >> 16) & 0xffff) - 1;
+    return flags == CHORUS_STATUS_GAVE_UP && subj == s->sender && h->root >= -1 && h->root < s->nranks &&
+           status <= CHORUS_ERR_INVALID_ARG && status >= CHORUS_ERR_INTERNAL && origin < s->nranks &&
+           origin != s->sender;
+  }
   if ((flags & CHORUS_STATUS_SECONDHAND) == 0) {
     /* First hand: the sender about itself; it cannot have completed more than it posted. */
     return subj == s->sender && h->nbytes <= h->seq;

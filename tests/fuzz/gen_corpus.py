@@ -88,7 +88,12 @@ def hello_cases():
 STATUS_MAGIC = 0x43485354
 ABORT_MAGIC = 0x43484142
 STATUS_COMM = 0x5A7E5CA1AB1E0C0D
-ASK, SECONDHAND, IN_CALL = 0x01000000, 0x02000000, 0x04000000
+ASK, SECONDHAND, IN_CALL, GAVE_UP = 0x01000000, 0x02000000, 0x04000000, 0x08000000
+
+
+def gave_up_nbytes(status, kind=0, stood_ms=0, origin=-1):
+    """frame.h's CHORUS_GAVE_UP_NBYTES: -status | kind << 8 | (origin + 1) << 16 | stood_ms << 32."""
+    return (-status & 0xFF) | (kind & 0xFF) << 8 | ((origin + 1) & 0xFFFF) << 16 | (stood_ms & 0xFFFFFFFF) << 32
 # Host indices of fuzz_status.c's kHosts: "node-a", "node-b", "node-ab" (a longer name with
 # node-a's as prefix), and a 63-character name that fills the field.
 NODE_A, NODE_B, NODE_AB, NODE_LONG = 0, 1, 2, 3
@@ -145,7 +150,26 @@ def status_cases():
         "subject_eq_nranks": status_input(two_hosts, 0, 2, status_hdr(4, SECONDHAND, nbytes=0)),
         "subject_mask_max": status_input(two_hosts, 0, 2, status_hdr(0xFFFFFF, SECONDHAND, nbytes=0)),
         "subject_16_first": status_input([NODE_A] * 16, 0, 15, status_hdr(15, IN_CALL)),
-        "unknown_flag": status_input(two_hosts, 0, 2, status_hdr(2, 0x08000000)),
+        "unknown_flag": status_input(two_hosts, 0, 2, status_hdr(2, 0x10000000)),
+        # Give-up frames: the sender about itself, blaming a rank or none, with its status.
+        "gave_up_timeout_blames_stuck": status_input(two_hosts, 0, 2, status_hdr(
+            2, GAVE_UP, seq=9, root=3, nbytes=gave_up_nbytes(-6, kind=2, stood_ms=3100))),
+        "gave_up_remote_no_blame": status_input(two_hosts, 1, 0, status_hdr(0, GAVE_UP, seq=0, root=-1,
+                                                                            nbytes=gave_up_nbytes(-5))),
+        "gave_up_blames_nranks": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=4,
+                                                                          nbytes=gave_up_nbytes(-6, kind=1))),
+        "gave_up_root_minus_2": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-2, nbytes=gave_up_nbytes(-6))),
+        "gave_up_status_ok": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1, nbytes=0)),
+        "gave_up_status_unknown": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1, nbytes=12)),
+        "gave_up_about_other": status_input(two_hosts, 0, 2, status_hdr(3, GAVE_UP, root=-1, nbytes=gave_up_nbytes(-6))),
+        "gave_up_passed_on": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=3,
+                                                                      nbytes=gave_up_nbytes(-6, kind=1, origin=1))),
+        "gave_up_origin_is_sender": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1,
+                                                                             nbytes=gave_up_nbytes(-6, origin=2))),
+        "gave_up_origin_nranks": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP, root=-1,
+                                                                          nbytes=gave_up_nbytes(-6, origin=4))),
+        "gave_up_with_in_call": status_input(two_hosts, 0, 2, status_hdr(2, GAVE_UP | IN_CALL, root=-1,
+                                                                         nbytes=gave_up_nbytes(-6))),
         "all_flag_bits": status_input(two_hosts, 0, 2, status_hdr(2, 0xFF000000)),
         # Not a status frame of this communicator.
         "data_frame_magic": status_input(two_hosts, 0, 2, status_hdr(2, magic=FRAME_MAGIC)),

@@ -42,6 +42,15 @@ void ranks_set_hosts(int n, const int* host_of) {
 
 int ranks_hosts_active(int n) { return emulated_n == n && n > 0; }
 
+static int timeouts_n;
+static int timeouts_sec[MAX_EMULATED_RANKS];
+
+void ranks_set_timeouts(int n, const int* timeout_sec) {
+  if (n < 0 || n > MAX_EMULATED_RANKS) FAIL("ranks_set_timeouts: %d ranks (at most %d)", n, MAX_EMULATED_RANKS);
+  timeouts_n = timeout_sec ? n : 0;
+  for (int r = 0; r < timeouts_n; r++) timeouts_sec[r] = timeout_sec[r];
+}
+
 static void* rank_main(void* p) {
   rank_slot_t* slot = p;
   ranks_group_t* g = slot->group;
@@ -54,8 +63,10 @@ static void* rank_main(void* p) {
     snprintf(host, sizeof(host), "emu%d", emulated_host_of[slot->rank]);
     cfg.host_id = host;
   }
+  int own_timeout = timeouts_n == g->nranks && timeouts_sec[slot->rank] > 0;
+  if (own_timeout) cfg.timeout_sec = timeouts_sec[slot->rank];
   chorus_status_t st = chorus_comm_init(&comm, g->nranks, slot->rank, &g->id,
-                                        g->has_cfg || emulated_n == g->nranks ? &cfg : NULL);
+                                        g->has_cfg || emulated_n == g->nranks || own_timeout ? &cfg : NULL);
   if (st != CHORUS_OK)
     FAIL("chorus_comm_init(nranks=%d, rank=%d) returned %s (%s)", g->nranks, slot->rank,
          chorus_status_name(st), chorus_status_str(st));

@@ -25,6 +25,10 @@ int run_ranks_cfg(int nranks, const chorus_config_t* cfg, ranks_fn fn, void* arg
  * as on a cluster. n = 0 (or host_of NULL) goes back to one host. Call it while no rank
  * thread runs. */
 void ranks_set_hosts(int n, const int* host_of);
+/* Per-rank operation timeouts: from now on, rank r of every group of n ranks gets
+ * timeout_sec[r] seconds (0: the configuration's). n = 0 (or NULL) undoes it. Call it while no
+ * rank thread runs. */
+void ranks_set_timeouts(int n, const int* timeout_sec);
 /* 1 when groups of n ranks run on emulated hosts now. */
 int ranks_hosts_active(int n);
 

@@ -338,6 +338,45 @@ TEST(timeout_names_the_operation) {
   ASSERT_EQ(run_ranks_cfg(3, &cfg, timeout_body, NULL), 0);
 }
 
+/* Two emulated hosts, the two-level allreduce: rank 3 never calls, and only rank 0 has a short
+ * timeout. Ranks 1 and 2 wait inside their hosts (for rank 0's and rank 3's flags) and would
+ * wait 30 s; rank 0's give-up frame (or that of a rank it told) reaches them within a second of
+ * its verdict, naming what it gave up on and who gave up first. */
+static int give_up_body(chorus_comm_t* c, int rank, void* arg) {
+  (void)arg;
+  if (rank == 3) {
+    usleep(2500 * 1000); /* past the others' failure, then leaves without calling */
+    return 0;
+  }
+  float v[256] = {1}, out[256];
+  double t0 = test_now_sec();
+  chorus_status_t st = chorus_allreduce(v, out, 256, CHORUS_FLOAT32, CHORUS_SUM, c);
+  double took = test_now_sec() - t0;
+  const char* msg = chorus_comm_last_error(c);
+  if (rank == 0) {
+    if (st != CHORUS_ERR_TIMEOUT) FAIL("rank 0 got %s: %s", chorus_status_name(st), msg);
+    ASSERT_TRUE(strstr(msg, "rank 3 (host emu1)") != NULL);
+  } else {
+    if (st != CHORUS_ERR_REMOTE) FAIL("rank %d got %s: %s", rank, chorus_status_name(st), msg);
+    ASSERT_TRUE(strstr(msg, "allreduce #0") != NULL);
+    ASSERT_TRUE(strstr(msg, "rank 0 (host emu0) gave up on allreduce #0 (CHORUS_ERR_TIMEOUT)") != NULL);
+  }
+  if (took > 1.0 + 1.0 + 1.0) FAIL("rank %d failed after %.2f s (rank 0's timeout: 1 s, verdict up to 1 s)", rank, took);
+  return 0;
+}
+
+TEST(a_rank_that_gives_up_tells_the_others) {
+  static const int host_of[4] = {0, 0, 1, 1}, timeout_sec[4] = {1, 30, 30, 30};
+  ranks_set_hosts(4, host_of);
+  ranks_set_timeouts(4, timeout_sec);
+  setenv("CHORUS_ALGO", "allreduce:hier", 1);
+  int rc = run_ranks(4, give_up_body, NULL);
+  unsetenv("CHORUS_ALGO");
+  ranks_set_timeouts(0, NULL);
+  ranks_set_hosts(0, NULL);
+  ASSERT_EQ(rc, 0);
+}
+
 typedef struct {
   chorus_comm_t* comm;
 } abort_arg_t;

@@ -158,3 +158,51 @@ TEST(registered_bad_arguments_and_destroy_releases) {
   ASSERT_EQ(run_ranks(2, bad_args_body, NULL), 0);
   ASSERT_EQ(count_maps("chorus-window"), 0);
 }
+
+/* Several hosts: the ranks of each host map each other's regions only (one mapping of its own
+ * and one of each host-mate's per rank), and collectives on registered buffers work as on any
+ * other buffer. 2 emulated hosts of 2 ranks, numbered round robin. */
+static int hosts_body(chorus_comm_t* c, int rank, void* arg) {
+  (void)arg;
+  int n = 4, expect_maps = 4 * 2; /* 4 ranks: own region + the host-mate's */
+  int32_t* w = NULL;
+  ASSERT_COMM_OK(c, chorus_mem_alloc(c, 4096, (void**)&w));
+  ASSERT_COMM_OK(c, chorus_barrier(c));
+  if (rank == 0 && count_maps("chorus-window") != expect_maps)
+    FAIL("%d window mappings in the process, want %d", count_maps("chorus-window"), expect_maps);
+  ASSERT_COMM_OK(c, chorus_barrier(c));
+  ASSERT_COMM_OK(c, chorus_mem_free(c, w));
+  int rc = allreduce_body(c, rank, &n);
+  return rc ? rc : others_body(c, rank, &n);
+}
+
+TEST(registered_on_emulated_hosts) {
+  static const int host_of[4] = {0, 1, 0, 1};
+  ranks_set_hosts(4, host_of);
+  int rc = run_ranks(4, hosts_body, NULL);
+  ranks_set_hosts(0, NULL);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(count_maps("chorus-window"), 0);
+}
+
+/* Hosts whose ranks share no memory: every rank is refused alike, with the reason. */
+static int no_shm_body(chorus_comm_t* c, int rank, void* arg) {
+  (void)rank;
+  (void)arg;
+  void* p = NULL;
+  ASSERT_STATUS(chorus_mem_alloc(c, 4096, &p), CHORUS_ERR_NOT_SUPPORTED);
+  ASSERT_TRUE(p == NULL);
+  ASSERT_TRUE(strstr(chorus_comm_last_error(c), "share no memory") != NULL);
+  ASSERT_COMM_OK(c, chorus_barrier(c)); /* still usable */
+  return 0;
+}
+
+TEST(registered_needs_shared_memory_on_every_host) {
+  static const int host_of[4] = {0, 0, 1, 1};
+  ranks_set_hosts(4, host_of);
+  setenv("CHORUS_SHM_DISABLE", "1", 1);
+  int rc = run_ranks(4, no_shm_body, NULL);
+  unsetenv("CHORUS_SHM_DISABLE");
+  ranks_set_hosts(0, NULL);
+  ASSERT_EQ(rc, 0);
+}

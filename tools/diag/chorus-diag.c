@@ -59,11 +59,18 @@ static void print_params(void) {
   }
 }
 
+/* Every name CHORUS_ALGO accepts, inner engines of two-level algorithms included ("hier/rhd"),
+ * so that scripts can force each in turn. */
 static void print_algos(void) {
   printf("%-16s %-14s %s\n", "collective", "algorithm", "description");
   for (size_t i = 0; i < chorus__nalgos; i++) {
     const chorus_algo_t* a = chorus__algos[i];
     printf("%-16s %-14s %s\n", chorus__coll_name(a->coll), a->name, a->desc);
+    for (size_t j = 0; a->sub_name && a->sub_name(j); j++) {
+      char name[48];
+      snprintf(name, sizeof(name), "%s/%s", a->name, a->sub_name(j));
+      printf("%-16s %-14s %s, its inner choice forced to %s\n", chorus__coll_name(a->coll), name, a->name, a->sub_name(j));
+    }
   }
 }
 

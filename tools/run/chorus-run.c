@@ -69,6 +69,8 @@ typedef struct {
   struct sigaction orig_chld_sa;
   end_t end;          /* why the job is ending; the first cause wins */
   int exit_code;      /* for END_RANK_FAILED, END_TIMEOUT, END_LAUNCH_FAILED */
+  int cause_signaled; /* END_RANK_FAILED: the reported rank was killed by a signal */
+  int signalled;      /* chorus-run has sent the ranks a signal */
   int first_signal;   /* for END_SIGNAL: re-raised on exit */
   int nsignals;       /* forwardable signals received */
   double deadline;    /* --timeout, monotonic seconds; 0 = none */
@@ -138,6 +140,7 @@ static int setup_signals(job_t* job) {
 }
 
 static void signal_alive_ranks(job_t* job, int sig) {
+  job->signalled = 1;
   for (int r = 0; r < job->opt.nranks; r++)
     if (job->ranks[r].alive) kill(job->ranks[r].pid, sig);
 }
@@ -375,9 +378,17 @@ static void on_rank_end(job_t* job, int r, int status) {
   job->nalive--;
   if (job->opt.prefix) drain_rank(job, r);
   int failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  if (!failed || job->end != END_NONE) return; /* only the first cause is reported */
-  job->end = END_RANK_FAILED;
+  if (!failed) return;
+  /* Only the first cause is reported, with one exception: a rank killed by a signal (not one
+   * of ours) after others exited with an error is what they failed of. A killed process
+   * closes its sockets before it can be reaped, and its peers, told at once by the library,
+   * may exit and be reaped first. */
+  int earlier_kill = job->end == END_RANK_FAILED && !job->cause_signaled && WIFSIGNALED(status) && !job->signalled;
+  if (job->end != END_NONE && !earlier_kill) return;
+  job->cause_signaled = WIFSIGNALED(status);
   report_failure(global_rank(&job->opt, r), rk->pid, status, &job->exit_code);
+  if (earlier_kill) return;
+  job->end = END_RANK_FAILED;
   if (job->opt.term_delay_sec > 0)
     job->term_at = now_sec() + job->opt.term_delay_sec;
   else

@@ -5,8 +5,9 @@
  *      recvbuf: rail member h's block lands at the position of its comm rank;
  *   2. pack the H blocks of my rail, in host order, as segment l (H B elements) of a scratch of
  *      n B elements;
- *   3. intra: ring allgather of the segments over the host (block H B), in place in the
- *      scratch, so segment l' holds rail l''s blocks in host order;
+ *   3. intra: allgather of the segments over the host (block H B), in place in the scratch,
+ *      so segment l' holds rail l''s blocks in host order: by memory semantics when the host's
+ *      ranks share its segment (algo/shm/group.h), else a ring;
  *   4. unpack every other segment l' into recvbuf at the comm ranks of rail l'.
  * Bytes that cross hosts per rank: (H-1) B sent and received, 1/L of the (n-1) B it gathers
  * (a flat ring over the host-ordered ring sends (n-1) B per rank over host boundaries on the
@@ -14,7 +15,7 @@
  * the inter phase is one ring over the whole blocks, and the intra one follows it.
  *
  * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2; local copies not modelled):
- *   T = (H-1) (a2 + S/b2) + (L-1) (a1 + H S/b1).
+ *   T = (H-1) (a2 + S/b2) + the shm allgather of H S per rank (shm.h's price).
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
  * hier runs the flat ring over the host-ordered ring and logs it once. Scratch: n B elements.
  */
@@ -24,6 +25,8 @@
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
+#include "algo/shm/shm.h"
 #include "core/log.h"
 
 typedef struct {
@@ -31,6 +34,9 @@ typedef struct {
   const chorus_topo_t* topo;
   chorus_hier_place_t at;
   char* scratch;
+  int shm;              /* the intra-host step by memory semantics */
+  size_t* seg_first;    /* L entries each: the rails' segments of the scratch */
+  size_t* seg_len;
   chorus_hier_pipe_t pipe;
 } hag_t;
 
@@ -44,7 +50,6 @@ static char* recv_block(const hag_t* h, int l, int host) {
 }
 
 static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
-  (void)t;
   hag_t* h = ctx;
   size_t block = h->whole.count * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
@@ -61,7 +66,14 @@ static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.sendbuf = scratch_block(h, h->at.l, 0);
   s.recvbuf = h->scratch;
   s.block_of = NULL;
-  return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
+  if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
+  s.sendbuf = h->scratch; /* in place: segment l of the scratch is mine */
+  size_t seg = s.count;
+  for (int l = 0; l < h->at.L; l++) {
+    h->seg_first[l] = (size_t)l * seg;
+    h->seg_len[l] = seg;
+  }
+  return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len, 0, run);
 }
 
 static void hag_finish(void* ctx, int stage, size_t chunk) {
@@ -84,6 +96,7 @@ static void hag_fini(chorus_task_t* t) {
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
     free(h->scratch);
+    free(h->seg_first);
   }
   free(h);
   t->state = NULL;
@@ -106,7 +119,10 @@ static chorus_status_t hag_init(chorus_task_t* t) {
     h->at = chorus__hier_place(t);
     size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
     h->scratch = malloc(bytes ? bytes : 1);
-    if (!h->scratch) st = CHORUS_ERR_NO_MEMORY;
+    h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
+    if (!h->scratch || !h->seg_first) st = CHORUS_ERR_NO_MEMORY;
+    else h->seg_len = h->seg_first + h->at.L;
+    h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
     h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
                                    .nstages = 2,
                                    .level = {CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
@@ -124,13 +140,14 @@ static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   double block = (double)t->args.count * (double)t->dtype_size;
+  size_t slot = chorus__conn_shm_slot_bytes(t) ? chorus__conn_shm_slot_bytes(t) : 1;
   return (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us) +
-         (L - 1.0) * (cx->intra.alpha_us + H * block / cx->intra.bytes_per_us);
+         chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * block), slot), 2.0 * L * H * block);
 }
 
 const chorus_algo_t chorus__algo_hier_allgather = {
     .name = "hier",
-    .desc = "two-level: inter-host ring allgather per rail, intra-host ring allgather of the rails' blocks",
+    .desc = "two-level: inter-host ring allgather per rail, intra-host allgather of the rails' blocks",
     .coll = CH_COLL_ALLGATHER,
     .supported = NULL,
     .cost_us = hag_cost_us,

@@ -1,28 +1,34 @@
 /*
  * hier/allreduce.c - two-level allreduce: reduce inside each host, cross hosts with only what
  * must cross, spread inside the host again (the HCCL scheme). For H hosts of L ranks, per
- * pipeline chunk c of the buffer (cut into L segments):
- *   1. intra RS(c): ring reduce-scatter over the host's ranks (shared memory); local rank l
- *      ends with segment (l+1) mod L reduced over its host;
+ * pipeline chunk c of the buffer (cut into L segments), in the rails mode:
+ *   1. intra RS(c): reduce-scatter over the host's ranks by memory semantics (shm/group.c:
+ *      every rank stages the others' segments in its slot once, then combines its own segment
+ *      from its send buffer and their slots); local rank l ends with segment l reduced over its
+ *      host. Without a shared segment on the host: a ring over the shared rings (segment
+ *      (l+1) mod L);
  *   2. inter AR(c): allreduce of that segment over rail l (the ranks of local index l, one per
- *      host), by a flat engine (ring by default; chosen by cost over the inter-host link, or
- *      forced: CHORUS_ALGO=allreduce:hier/<engine>); avg divides here, once;
- *   3. intra AG(c): ring allgather of the segments over the host.
+ *      host), by a flat engine (ring, rhd or rd; chosen by cost over the rail's share of the
+ *      link, or forced: CHORUS_ALGO=allreduce:hier/<engine>); avg divides here, once;
+ *   3. intra AG(c): allgather of the segments over the host, by memory semantics (or a ring).
  * Every rank's sockets carry only 1/L of the data: 2(H-1)/H * N/L per rank crosses hosts, and
- * every host link carries 2(H-1)/H * N, the same as the best flat ring, but spread over L
- * rails instead of one ring edge per host, and free of intra-host hops.
+ * every host link carries 2(H-1)/H * N, the least any allreduce can, spread over L rails.
+ * Latency-bound sizes take the leader mode instead (hier/leader forces it): 1. reduce of the
+ * chunk to local index 0 by memory semantics, 2. allreduce over rail 0 by the local-0 ranks
+ * alone (half the processes wake per message, each with the whole link), 3. broadcast back.
  *
  * Pipelining: chunk c+1 is reduced inside the host while chunk c crosses hosts, and chunk c is
- * spread while c+1 crosses. Phases that talk to the same peers must post in the same order on
- * every rank, so each level runs one phase at a time in a fixed order: intra RS0, RS1, AG0,
- * RS2, AG1, ..., AG(C-1); inter AR0, AR1, ..., AR(C-1). AG(c) waits for AR(c); AR(c) for RS(c).
- * Bitwise identical on every rank: each segment is summed inside each host in ring order, then
- * across hosts by the inter engine (identical on all rail members), then copied.
+ * spread while c+1 crosses. Phases that talk to the same peers (and draw shared-memory ids)
+ * must start in the same order on every rank, so each level runs one phase at a time in a
+ * fixed order: intra RS0, RS1, AG0, RS2, AG1, ..., AG(C-1); inter AR0, AR1, ..., AR(C-1).
+ * AG(c) waits for AR(c); AR(c) for RS(c). Bitwise identical on every rank: each segment is
+ * combined inside each host by one rank in a fixed order, then across hosts by the inter
+ * engine (identical on all rail members), then copied.
  *
- * Cost (alpha-beta, S = N bytes, intra link a1/b1, inter a2/b2, C chunks): with
- *   T1 = 2(L-1) a1 + 2(L-1)/L S/C / b1 (a chunk's reduce-scatter and allgather in the host) and
- *   T2 = the engine's allreduce of S/(L C) over H members on a2, b2/L (the L rails of a host
- *   share its link), T ~ (C + 1) max(T1, T2).
+ * Cost (plan()): per chunk of S bytes, intra = the memory-semantics stages (a flag hand-over
+ * per stage and slot-sized sub-chunk, bytes at memory speed), inter = the engine's allreduce of
+ * S/L on 1/L of the inter-host link (rails) or of S on all of it (leader), and
+ * T = intra + inter + (C - 1) max(intra, inter); the cheaper mode and engine win.
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered (selection falls
  * back to a flat algorithm; a forced hier runs the flat ring and logs it once).
  */
@@ -33,15 +39,23 @@
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
+#include "algo/shm/shm.h"
 #include "core/log.h"
 
-enum { STAGE_RS = 0, STAGE_AR = 1, STAGE_AG = 2 };
+enum { STAGE_RS = 0, STAGE_AR = 1, STAGE_AG = 2 }; /* leader mode: reduce, allreduce, broadcast */
+
+#define LEADER "leader" /* CHORUS_ALGO=allreduce:hier/leader */
 
 typedef struct {
   chorus_sched_t whole; /* the call: buffers, count, op */
   chorus_hier_place_t at;
   size_t pipe_elems;
   const chorus_ar_engine_t* eng;
+  int shm;              /* intra-host phases by memory semantics (else ring over the shared rings) */
+  int leader;           /* latency-bound: reduce to local 0, allreduce over rail 0, broadcast */
+  size_t* seg_first;    /* L entries each: the segments of the chunk being started */
+  size_t* seg_len;
   chorus_hier_pipe_t pipe;
 } hier_t;
 
@@ -50,15 +64,42 @@ static size_t chunk_elems(const hier_t* h, size_t c) {
   return chorus__min_sz(h->pipe_elems, h->whole.count - chunk_first(h, c));
 }
 
+/* The segment of a chunk local rank l reduces inside the host and carries over its rail. */
+static int owned_segment(const hier_t* h) { return h->shm ? h->at.l : chorus__ring_rs_owned(h->at.l, h->at.L); }
+
+/* Leader mode: the chunk reduced to local index 0, allreduced over rail 0 by the local-0
+ * ranks alone (the whole link is theirs), broadcast back from local index 0. */
+static chorus_status_t start_leader_stage(chorus_task_t* t, hier_t* h, chorus_sched_t* s, int stage, size_t c,
+                                          chorus_hier_run_t* run) {
+  char* chunk = (char*)h->whole.recvbuf + chunk_first(h, c) * h->whole.elem_bytes;
+  s->count = chunk_elems(h, c);
+  s->recvbuf = chunk;
+  s->root = 0;
+  if (stage == STAGE_AR) {
+    s->group = h->at.rail;
+    s->sendbuf = chunk;
+    *run = (chorus_hier_run_t){h->eng->step, h->eng->free, NULL};
+    return h->eng->start(s, &run->st);
+  }
+  s->group = h->at.host;
+  s->avg_divisor = 0;
+  if (stage == STAGE_RS) {
+    s->sendbuf = (const char*)h->whole.sendbuf + chunk_first(h, c) * h->whole.elem_bytes;
+    return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(s, run);
+  }
+  s->sendbuf = chunk;
+  return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(s, run);
+}
+
 static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_t c, chorus_hier_run_t* run) {
-  (void)t;
   hier_t* h = ctx;
   size_t off = chunk_first(h, c) * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
   s.tag_base = chorus__hier_tag(stage, c);
+  if (h->leader) return start_leader_stage(t, h, &s, stage, c, run);
   if (stage == STAGE_AR) { /* my segment of the chunk, in place, over my rail; avg divides here */
     size_t first, len;
-    chorus__ring_segment(chunk_elems(h, c), h->at.L, chorus__ring_rs_owned(h->at.l, h->at.L), &first, &len);
+    chorus__ring_segment(chunk_elems(h, c), h->at.L, owned_segment(h), &first, &len);
     s.group = h->at.rail;
     s.recvbuf = (char*)h->whole.recvbuf + off + first * h->whole.elem_bytes;
     s.sendbuf = s.recvbuf;
@@ -72,7 +113,10 @@ static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_
   s.recvbuf = (char*)h->whole.recvbuf + off;
   s.count = chunk_elems(h, c);
   s.avg_divisor = 0; /* partial sums: the inter phase divides */
-  return chorus__hier_run_ring(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, run);
+  if (!h->shm) return chorus__hier_run_ring(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, run);
+  for (int i = 0; i < h->at.L; i++) chorus__ring_segment(s.count, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
+  return chorus__hier_run_shm(t, &s, is_rs ? CHORUS_HIER_SHM_RS : CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len,
+                              h->whole.count * h->whole.elem_bytes, run);
 }
 
 static chorus_status_t hier_progress(chorus_task_t* t) {
@@ -84,6 +128,7 @@ static void hier_fini(chorus_task_t* t) {
   hier_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
+    free(h->seg_first);
   }
   free(h);
   t->state = NULL;
@@ -96,22 +141,58 @@ static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx) {
   return (chorus_link_model_t){cx->inter.alpha_us, cx->inter.bytes_per_us / L};
 }
 
-/* The inter-host engine: forced by name, else the cheapest on a rail's share of the link. */
-static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double seg_bytes,
-                                             double* us_out) {
-  chorus_link_model_t rail = rail_link(cx);
+/* The inter-host engine for `bytes` over H members on `link`: forced by name, else the
+ * cheapest. */
+static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx,
+                                             const chorus_link_model_t* link, double bytes, double* us_out) {
   const chorus_ar_engine_t* best = NULL;
   double best_us = DBL_MAX;
   for (size_t i = 0; i < chorus__hier_nar_engines; i++) {
     const chorus_ar_engine_t* e = chorus__hier_ar_engines[i];
-    if (t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, e->name) != 0) continue;
-    double us = e->cost_us(seg_bytes, cx->nhosts, cx, &rail);
+    if (t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, LEADER) != 0 && strcmp(t->sub_algo, e->name) != 0) continue;
+    double us = e->cost_us(bytes, cx->nhosts, cx, link);
     if (us < best_us) {
       best_us = us;
       best = e;
     }
   }
-  if (us_out) *us_out = best_us;
+  *us_out = best_us;
+  return best;
+}
+
+typedef struct {
+  int leader;
+  const chorus_ar_engine_t* eng;
+  double us;
+} hier_plan_t;
+
+/* The mode and inter-host engine, and the predicted time: per chunk of S bytes (C chunks), the
+ * intra-host phases by memory semantics (shm.h's price: a flag hand-over per stage and
+ * sub-chunk of one slot, bytes at memory speed) and the inter-host allreduce, which overlap
+ * from chunk to chunk: T = intra + inter + (C - 1) max(intra, inter). Rails carry S/L each on
+ * 1/L of the link; the leader carries S on all of it, after a reduce that reads L S. A forced
+ * engine (hier/ring, hier/rhd, hier/rd) means rails; hier/leader the leader. */
+static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  int L = cx->max_local > 0 ? cx->max_local : 1;
+  double bytes = (double)t->args.count * (double)t->dtype_size;
+  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
+  double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, S = bytes / chunks;
+  size_t slot = chorus__conn_shm_slot_bytes(t), S_bytes = (size_t)S;
+  if (!slot) slot = 1;
+  const char* sub = t->sub_algo && t->sub_algo[0] ? t->sub_algo : NULL;
+  hier_plan_t best = {0, NULL, DBL_MAX};
+  for (int leader = 0; leader < 2; leader++) {
+    if (sub && (strcmp(sub, LEADER) == 0) != leader) continue;
+    chorus_link_model_t link = leader ? cx->inter : rail_link(cx);
+    double inter = 0.0;
+    size_t sub_chunks = chorus__div_up(S_bytes, slot), ag_chunks = chorus__div_up(S_bytes / (size_t)L, slot);
+    const chorus_ar_engine_t* eng = pick_engine(t, cx, &link, leader ? S : S / L, &inter);
+    if (!eng) continue;
+    double intra = leader ? chorus__shm_cost_us(cx, 2, sub_chunks, L * S) + chorus__shm_cost_us(cx, 2, sub_chunks, S)
+                          : chorus__shm_cost_us(cx, 2, sub_chunks, 2.0 * S) + chorus__shm_cost_us(cx, 2, ag_chunks, S);
+    double us = intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
+    if (us < best.us) best = (hier_plan_t){leader, eng, us};
+  }
   return best;
 }
 
@@ -127,45 +208,46 @@ static chorus_status_t hier_init(chorus_task_t* t) {
   } else {
     h->at = chorus__hier_place(t);
     h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
-    h->eng = pick_engine(t, t->cost, (double)(h->pipe_elems * h->whole.elem_bytes) / h->at.L, NULL);
+    hier_plan_t p = plan(t, t->cost);
+    h->eng = p.eng;
+    h->leader = p.leader;
     if (!h->eng) st = CHORUS_ERR_NOT_SUPPORTED;
+    h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
+    h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
+    if (!h->seg_first) st = CHORUS_ERR_NO_MEMORY;
+    else h->seg_len = h->seg_first + h->at.L;
     h->pipe.nchunks = chorus__div_up(h->whole.count, h->pipe_elems);
     h->pipe.nstages = 3;
     h->pipe.level[STAGE_RS] = h->pipe.level[STAGE_AG] = CHORUS_HIER_INTRA;
     h->pipe.level[STAGE_AR] = CHORUS_HIER_INTER;
-    h->pipe.active[STAGE_RS] = h->pipe.active[STAGE_AR] = h->pipe.active[STAGE_AG] = 1;
+    h->pipe.active[STAGE_RS] = h->pipe.active[STAGE_AG] = 1;
+    h->pipe.active[STAGE_AR] = !h->leader || h->at.l == 0;
     h->pipe.start = start_stage;
     h->pipe.ctx = h;
     chorus__hier_pipe_setup(&h->pipe);
+    CH_DEBUG(ALGO, t->rank, "allreduce hier: %s, %s across hosts, %zu chunks, intra-host phases %s",
+             h->leader ? "leader (local 0 carries all)" : "rails", h->eng ? h->eng->name : "?", h->pipe.nchunks,
+             h->shm ? "by memory semantics" : "over the shared rings (no segment)");
   }
   if (st < 0) hier_fini(t);
   return st;
 }
 
-static const char* sub_name(size_t i) { return i < chorus__hier_nar_engines ? chorus__hier_ar_engines[i]->name : NULL; }
+static const char* sub_name(size_t i) {
+  return i < chorus__hier_nar_engines ? chorus__hier_ar_engines[i]->name : i == chorus__hier_nar_engines ? LEADER : NULL;
+}
 
 /* Offered on every shape, so that a forced hier on uneven hosts falls back (init) instead of
  * failing; the cost keeps automatic selection to the shapes it serves. */
 static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
-  int L = cx->max_local;
-  double bytes = (double)t->args.count * (double)t->dtype_size;
-  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
-  double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, per_chunk = bytes / chunks;
-  /* One chunk's intra-host reduce-scatter plus allgather, and its inter-host allreduce. The
-   * levels overlap, so the slower one sets the pace; one more chunk's worth stands for the
-   * fill and drain and for what the probe cannot see: every phase boundary is a hand-over
-   * between ranks (measured on 4 emulated hosts x 2 ranks on 2 cores, docs/cluster.md: a
-   * bound of C max + min put hier ahead of the flat ring at 1 MiB, where it took 1.7x longer). */
-  double intra = 2.0 * (L - 1) * cx->intra.alpha_us + 2.0 * (L - 1.0) / L * per_chunk / cx->intra.bytes_per_us;
-  double inter = 0.0;
-  if (!pick_engine(t, cx, per_chunk / L, &inter)) return DBL_MAX;
-  return (chunks + 1.0) * (intra > inter ? intra : inter);
+  return plan(t, cx).us;
 }
 
 const chorus_algo_t chorus__algo_hier_allreduce = {
     .name = "hier",
-    .desc = "two-level: intra-host reduce-scatter, inter-host allreduce per rail, intra-host allgather, pipelined",
+    .desc = "two-level: intra-host reduce-scatter, inter-host allreduce per rail, intra-host allgather, pipelined; "
+            "latency-bound: reduce to local 0, allreduce over rail 0, broadcast (leader)",
     .coll = CH_COLL_ALLREDUCE,
     .supported = chorus__algo_reduce_supported,
     .cost_us = hier_cost_us,

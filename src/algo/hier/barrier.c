@@ -1,16 +1,20 @@
 /*
  * hier/barrier.c - two-level barrier: gather the arrivals inside each host, cross hosts once
  * per host, release inside each host. For H hosts of L ranks:
- *   1. intra: binomial reduce of one byte (int8 max) over the host to local index 0;
- *   2. inter, local index 0 only: ring allreduce of that byte over rail 0;
- *   3. intra: binomial broadcast of the byte from local index 0 over the host.
+ *   1. intra: reduce of one byte (int8 max) over the host to local index 0: by memory semantics
+ *      when the host's ranks share its segment (every rank raises a flag, local 0 waits for
+ *      them), else a binomial tree of messages;
+ *   2. inter, local index 0 only: recursive-doubling allreduce of that byte over rail 0;
+ *   3. intra: broadcast of the byte from local index 0 over the host (a flag, or a binomial
+ *      tree).
  * A rank leaves once step 3 reaches it, which is after its host's local 0 finished step 2,
  * which needs every host's local 0 to have finished step 1, i.e. every rank to have entered.
  * The bytes carry nothing (they live in the state); one byte because empty transfers are
- * skipped on both sides. Bytes that cross hosts: one byte per step of the rail ring, on the
- * local-0 ranks only (2 (H-1) messages each); the other ranks never cross hosts.
+ * skipped on both sides. Bytes that cross hosts: one byte per round of recursive doubling, on
+ * the local-0 ranks only (ceil(log2 H) rounds, two more when H is not a power of two); the other
+ * ranks never cross hosts.
  *
- * Cost (alpha-beta, intra a1, inter a2, lg = ceil(log2)): T = 2 lg(L) a1 + 2 (H-1) a2.
+ * Cost (intra flag hand-over f, inter a2, lg = ceil(log2)): T = 2 f + lg(H) a2.
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
  * hier runs a one-byte ring allreduce over the host-ordered ring and logs it once.
  */
@@ -20,17 +24,19 @@
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
+#include "algo/shm/shm.h"
 #include "core/log.h"
 
 typedef struct {
   chorus_sched_t one; /* one int8, max */
   chorus_group_t host, rail;
+  int shm;            /* steps 1 and 3 by memory semantics */
   char in, out;
   chorus_hier_pipe_t p;
 } hbar_t;
 
 static chorus_status_t hbar_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
-  (void)t;
   hbar_t* b = ctx;
   chorus_sched_t s = b->one;
   s.tag_base = chorus__hier_tag(stage, chunk);
@@ -40,14 +46,14 @@ static chorus_status_t hbar_start(chorus_task_t* t, void* ctx, int stage, size_t
   if (stage == 0) { /* arrivals, to local index 0 */
     s.group = b->host;
     s.sendbuf = &b->in;
-    return chorus__hier_run_reduce(&s, run);
+    return b->shm ? chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(&s, run);
   }
   if (stage == 1) { /* local index 0: across hosts */
     s.group = b->rail;
-    return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE, run);
+    return chorus__hier_run_rd(&s, run);
   }
   s.group = b->host; /* release */
-  return chorus__hier_run_bcast(&s, run);
+  return b->shm ? chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(&s, run);
 }
 
 static chorus_status_t hbar_progress(chorus_task_t* t) {
@@ -86,6 +92,7 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
   int l = topo->local_of[t->rank];
   b->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
   b->rail = chorus__topo_rail(topo, 0, t->rank);
+  b->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = b->host, .elem_bytes = 1});
   b->p = (chorus_hier_pipe_t){.nchunks = 1,
                               .nstages = 3,
                               .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
@@ -98,12 +105,13 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
 
 static double hbar_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
-  return 2.0 * chorus__ceil_log2(cx->max_local) * cx->intra.alpha_us + 2.0 * (cx->nhosts - 1.0) * cx->inter.alpha_us;
+  int folded = (1 << chorus__ceil_log2(cx->nhosts)) != cx->nhosts;
+  return chorus__shm_cost_us(cx, 2, 1, 0.0) + (chorus__ceil_log2(cx->nhosts) + 2.0 * folded) * cx->inter.alpha_us;
 }
 
 const chorus_algo_t chorus__algo_hier_barrier = {
     .name = "hier",
-    .desc = "two-level: intra-host tree to local 0, inter-host ring over rail 0, intra-host tree back",
+    .desc = "two-level: intra-host flags to local 0, recursive doubling over rail 0, intra-host release",
     .coll = CH_COLL_BARRIER,
     .supported = NULL,
     .cost_us = hbar_cost_us,

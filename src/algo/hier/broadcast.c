@@ -12,6 +12,10 @@
  * Bytes that cross hosts per rank: N/L received (off the root's host), and N/L sent per child
  * in the rail's tree (at most ceil(log2 H)); a flat binomial tree over the host-ordered ring
  * sends N per child across hosts from the few ranks at host boundaries.
+ * When the host's ranks share its segment (the usual case), steps 1 and 3 run by memory
+ * semantics instead (algo/shm/group.h: the root stages each piece once and its host-mates copy
+ * it out; every rank stages its segment once and the others copy it out), and local rank l
+ * carries segment l.
  *
  * Pipelining: chunk c+1 is spread on the root's host while chunk c crosses hosts, and chunk c
  * is spread on the other hosts while c+1 crosses. Each level runs one phase at a time in a
@@ -19,8 +23,8 @@
  * and 3(0), 3(1), ... elsewhere; inter 2(0), 2(1), ...; 2(c) waits for 1(c), 3(c) for 2(c).
  *
  * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
- *   t1 = lg(L) (a1 + P/b1), t2 = lg(H) (a2 + P/(L b2)), t3 = (L-1) (a1 + P/(L b1)),
- *   T = t1 + t2 + t3 + (C-1) max(t1, t2, t3).
+ *   t1 = shm broadcast of P, t2 = lg(H) (a2 + P/(L b2)), t3 = shm allgather of P (shm.h's
+ *   prices), T = t1 + t2 + t3 + (C-1) max(t1, t2, t3).
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
  * hier runs the flat binomial tree over the host-ordered ring and logs it once.
  */
@@ -30,18 +34,22 @@
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
+#include "algo/shm/shm.h"
 #include "core/log.h"
 
 typedef struct {
   chorus_sched_t whole; /* the call as bytes: count = N, uint8 */
   chorus_hier_place_t at;
   int root_host, root_local;
+  int shm;              /* intra-host steps by memory semantics */
+  size_t* seg_first;    /* L entries each: the segments of a chunk */
+  size_t* seg_len;
   size_t pipe, nchunks;
   chorus_hier_pipe_t p;
 } hbc_t;
 
 static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
-  (void)t;
   hbc_t* h = ctx;
   size_t off = chunk * h->pipe, len = chorus__min_sz(h->pipe, h->whole.count - off);
   chorus_sched_t s = h->whole;
@@ -53,11 +61,11 @@ static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t 
     s.group = h->at.host;
     s.root = h->root_local;
     if (h->at.host.me == h->root_local) s.sendbuf = (const char*)h->whole.sendbuf + off;
-    return chorus__hier_run_bcast(&s, run);
+    return h->shm ? chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(&s, run);
   }
   if (stage == 1) { /* my segment over my rail, from the root's host */
     size_t first, seg;
-    chorus__ring_segment(len, h->at.L, chorus__ring_rs_owned(h->at.l, h->at.L), &first, &seg);
+    chorus__ring_segment(len, h->at.L, h->shm ? h->at.l : chorus__ring_rs_owned(h->at.l, h->at.L), &first, &seg);
     s.group = h->at.rail;
     s.root = h->root_host;
     s.recvbuf = (char*)s.recvbuf + first;
@@ -66,7 +74,9 @@ static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t 
     return chorus__hier_run_bcast(&s, run);
   }
   s.group = h->at.host; /* the other hosts: spread the segments */
-  return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
+  if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
+  for (int i = 0; i < h->at.L; i++) chorus__ring_segment(len, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
+  return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len, h->whole.count, run);
 }
 
 static chorus_status_t hbc_progress(chorus_task_t* t) {
@@ -78,6 +88,7 @@ static void hbc_fini(chorus_task_t* t) {
   hbc_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->p);
+    free(h->seg_first);
   }
   free(h);
   t->state = NULL;
@@ -105,6 +116,13 @@ static chorus_status_t hbc_init(chorus_task_t* t) {
   h->root_local = topo->local_of[t->args.root];
   h->pipe = chorus__hier_pipe_elems(h->whole.count, 1, h->at.L, h->whole.chunk_bytes);
   h->nchunks = chorus__div_up(h->whole.count, h->pipe);
+  h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = 1});
+  h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
+  if (!h->seg_first) {
+    hbc_fini(t);
+    return CHORUS_ERR_NO_MEMORY;
+  }
+  h->seg_len = h->seg_first + h->at.L;
   int on_root_host = topo->host_of[t->rank] == h->root_host;
   h->p = (chorus_hier_pipe_t){.nchunks = h->nchunks,
                               .nstages = 3,
@@ -123,9 +141,10 @@ static double hbc_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (bytes == 0) return 0.0;
   size_t pipe = chorus__hier_pipe_elems(bytes, 1, L, t->chunk_bytes);
   double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
-  double t1 = chorus__ceil_log2(L) * (cx->intra.alpha_us + P / cx->intra.bytes_per_us);
+  size_t slot = chorus__conn_shm_slot_bytes(t) ? chorus__conn_shm_slot_bytes(t) : 1;
+  double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
   double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
-  double t3 = (L - 1.0) * (cx->intra.alpha_us + P / L / cx->intra.bytes_per_us);
+  double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);
   double slowest = t1 > t2 ? t1 : t2;
   if (t3 > slowest) slowest = t3;
   return t1 + t2 + t3 + (chunks - 1.0) * slowest;

@@ -7,7 +7,9 @@
 
 #include "algo/binomial/binomial.h"
 #include "algo/hier/hier.h"
+#include "algo/rd/rd.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
 
 /* ---- engine runs ---- */
 
@@ -32,10 +34,35 @@ chorus_status_t chorus__hier_run_bcast(const chorus_sched_t* s, chorus_hier_run_
   return st;
 }
 
+static chorus_status_t rd_step(chorus_task_t* t, void* st) { return chorus__rd_allreduce_step(t, st); }
+static void rd_free(void* st) { chorus__rd_allreduce_free(st); }
+
+chorus_status_t chorus__hier_run_rd(const chorus_sched_t* s, chorus_hier_run_t* run) {
+  chorus_rd_allreduce_t* e = NULL;
+  chorus_status_t st = chorus__rd_allreduce_start(s, &e);
+  *run = (chorus_hier_run_t){rd_step, rd_free, e};
+  return st;
+}
+
 chorus_status_t chorus__hier_run_reduce(const chorus_sched_t* s, chorus_hier_run_t* run) {
   chorus_treduce_t* r = NULL;
   chorus_status_t st = chorus__binomial_reduce_start(s, &r);
   *run = (chorus_hier_run_t){reduce_step, reduce_free, r};
+  return st;
+}
+
+static chorus_status_t shm_step(chorus_task_t* t, void* st) { return chorus__shm_group_step(t, st); }
+static void shm_free(void* st) { chorus__shm_group_free(st); }
+
+chorus_status_t chorus__hier_run_shm(chorus_task_t* t, const chorus_sched_t* s, int kind, const size_t* first,
+                                     const size_t* len, size_t out_bytes, chorus_hier_run_t* run) {
+  chorus_shm_group_t* g = NULL;
+  chorus_status_t st = CHORUS_ERR_INTERNAL;
+  if (kind == CHORUS_HIER_SHM_RS) st = chorus__shm_group_rs_start(t, s, first, len, out_bytes, &g);
+  else if (kind == CHORUS_HIER_SHM_AG) st = chorus__shm_group_ag_start(t, s, first, len, out_bytes, &g);
+  else if (kind == CHORUS_HIER_SHM_REDUCE) st = chorus__shm_group_reduce_start(t, s, &g);
+  else if (kind == CHORUS_HIER_SHM_BCAST) st = chorus__shm_group_bcast_start(t, s, &g);
+  *run = (chorus_hier_run_t){shm_step, shm_free, g};
   return st;
 }
 

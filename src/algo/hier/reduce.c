@@ -10,6 +10,8 @@
  *      host brings the L segments to every rank of that host, the root included.
  * The root works in its recvbuf; every other rank in a scratch of N bytes (its recvbuf is not
  * significant, chorus.h, and may be NULL).
+ * When the host's ranks share its segment (the usual case), steps 1 and 3 run by memory
+ * semantics instead (algo/shm/group.h), and local rank l carries segment l.
  * Bytes that cross hosts per rank: N/L sent (off the root's host), and N/L received per child
  * in the rail's tree (at most ceil(log2 H)); a flat binomial tree over the host-ordered ring
  * moves N per child across hosts through the few ranks at host boundaries.
@@ -21,7 +23,7 @@
  * 2(c).
  *
  * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
- *   t1 = t3 = (L-1) (a1 + P/(L b1)), t2 = lg(H) (a2 + P/(L b2)),
+ *   t1, t3 = shm reduce-scatter and allgather of P (shm.h's prices), t2 = lg(H) (a2 + P/(L b2)),
  *   T = t1 + t2 + t3 + (C-1) max(t1 + t3, t2)   (the root's host runs both intra phases).
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
  * hier runs the flat binomial tree over the host-ordered ring and logs it once.
@@ -32,6 +34,8 @@
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
+#include "algo/shm/shm.h"
 #include "core/log.h"
 
 typedef struct {
@@ -40,12 +44,14 @@ typedef struct {
   int root_host;
   char* work;    /* where the chunks are reduced: the root's recvbuf, else `scratch` */
   char* scratch;
+  int shm;              /* intra-host steps by memory semantics */
+  size_t* seg_first;    /* L entries each: the segments of a chunk */
+  size_t* seg_len;
   size_t pipe, nchunks;
   chorus_hier_pipe_t p;
 } hrd_t;
 
 static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
-  (void)t;
   hrd_t* h = ctx;
   size_t es = h->whole.elem_bytes, first_elem = chunk * h->pipe;
   size_t len = chorus__min_sz(h->pipe, h->whole.count - first_elem);
@@ -53,15 +59,17 @@ static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.tag_base = chorus__hier_tag(stage, chunk);
   s.recvbuf = h->work + first_elem * es;
   s.count = len;
+  for (int i = 0; i < h->at.L; i++) chorus__ring_segment(len, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
   if (stage == 0) { /* reduce-scatter the chunk over the host */
     s.group = h->at.host;
     s.sendbuf = (const char*)h->whole.sendbuf + first_elem * es;
     s.avg_divisor = 0; /* partial sums: the inter phase divides */
-    return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_RS, run);
+    if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_RS, run);
+    return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_RS, h->seg_first, h->seg_len, 0, run);
   }
   if (stage == 1) { /* my segment over my rail, to the root's host */
     size_t first, seg;
-    chorus__ring_segment(len, h->at.L, chorus__ring_rs_owned(h->at.l, h->at.L), &first, &seg);
+    chorus__ring_segment(len, h->at.L, h->shm ? h->at.l : chorus__ring_rs_owned(h->at.l, h->at.L), &first, &seg);
     s.group = h->at.rail;
     s.root = h->root_host;
     s.recvbuf = (char*)s.recvbuf + first * es;
@@ -71,7 +79,8 @@ static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t 
   }
   s.group = h->at.host; /* the root's host: gather the segments */
   s.sendbuf = s.recvbuf;
-  return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
+  if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_ALLREDUCE_AG, run);
+  return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len, 0, run);
 }
 
 static chorus_status_t hrd_progress(chorus_task_t* t) {
@@ -84,6 +93,7 @@ static void hrd_fini(chorus_task_t* t) {
   if (h) {
     chorus__hier_pipe_free(&h->p);
     free(h->scratch);
+    free(h->seg_first);
   }
   free(h);
   t->state = NULL;
@@ -105,6 +115,13 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
   h->root_host = topo->host_of[t->args.root];
   h->pipe = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
   h->nchunks = chorus__div_up(h->whole.count, h->pipe);
+  h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
+  h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
+  if (!h->seg_first) {
+    hrd_fini(t);
+    return CHORUS_ERR_NO_MEMORY;
+  }
+  h->seg_len = h->seg_first + h->at.L;
   if (t->rank == t->args.root) {
     h->work = h->whole.recvbuf;
   } else {
@@ -134,7 +151,9 @@ static double hrd_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (bytes == 0) return 0.0;
   size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
   double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
-  double t1 = (L - 1.0) * (cx->intra.alpha_us + P / L / cx->intra.bytes_per_us), t3 = t1;
+  size_t slot = chorus__conn_shm_slot_bytes(t) ? chorus__conn_shm_slot_bytes(t) : 1;
+  double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
+  double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);
   double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
   double slowest = t1 + t3 > t2 ? t1 + t3 : t2;
   return t1 + t2 + t3 + (chunks - 1.0) * slowest;

@@ -4,8 +4,10 @@
  * local index l:
  *   1. pack sendbuf into a scratch in rail order: segment l' (H B elements) = the blocks of the
  *      comm ranks of rail l', in host order;
- *   2. intra: ring reduce_scatter of the segments over the host (block H B, left undivided):
- *      local rank l ends with segment l reduced over its host, in a second scratch of H B;
+ *   2. intra: reduce_scatter of the segments over the host (block H B, left undivided): local
+ *      rank l ends with segment l reduced over its host, by memory semantics in place in the
+ *      packed scratch when the host's ranks share its segment (algo/shm/group.h), else by a
+ *      ring into a second scratch of H B;
  *   3. inter: ring reduce_scatter of those H blocks over rail l (member h owns block h, which
  *      is the block of comm rank rails[l][h]: for me, my own), into recvbuf; avg divides here
  *      by n, once.
@@ -15,7 +17,7 @@
  * whole intra one.
  *
  * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2; the pack copy not modelled):
- *   T = (L-1) (a1 + H S/b1) + (H-1) (a2 + S/b2).
+ *   T = the shm reduce-scatter of n S per rank (shm.h's price) + (H-1) (a2 + S/b2).
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
  * hier runs the flat ring over the host-ordered ring and logs it once. Scratch: (n + H) B.
  */
@@ -25,6 +27,8 @@
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
+#include "algo/shm/group.h"
+#include "algo/shm/shm.h"
 #include "core/log.h"
 
 typedef struct {
@@ -32,12 +36,14 @@ typedef struct {
   const chorus_topo_t* topo;
   chorus_hier_place_t at;
   char* packed;  /* n B: the input in rail order */
-  char* reduced; /* H B: my segment reduced over the host */
+  char* reduced; /* H B: my segment reduced over the host (with shm: segment l of packed) */
+  int shm;              /* the intra-host step by memory semantics */
+  size_t* seg_first;    /* L entries each: the rails' segments of packed */
+  size_t* seg_len;
   chorus_hier_pipe_t pipe;
 } hrs_t;
 
 static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
-  (void)t;
   hrs_t* h = ctx;
   size_t block = h->whole.count * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
@@ -55,7 +61,13 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
     s.sendbuf = h->packed;
     s.recvbuf = h->reduced;
     s.avg_divisor = 0; /* partial sums: the inter phase divides */
-    return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
+    if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
+    s.recvbuf = h->packed; /* in place: my segment of the packed input ends reduced */
+    for (int l = 0; l < h->at.L; l++) {
+      h->seg_first[l] = (size_t)l * s.count;
+      h->seg_len[l] = s.count;
+    }
+    return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_RS, h->seg_first, h->seg_len, 0, run);
   }
   s.group = h->at.rail;
   s.sendbuf = h->reduced;
@@ -72,6 +84,7 @@ static void hrs_fini(chorus_task_t* t) {
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
     free(h->packed);
+    free(h->seg_first);
   }
   free(h);
   t->state = NULL;
@@ -95,8 +108,14 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
     size_t block = h->whole.count * h->whole.elem_bytes;
     size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
     h->packed = malloc(bytes ? bytes : 1);
-    if (!h->packed) st = CHORUS_ERR_NO_MEMORY;
-    else h->reduced = h->packed + (size_t)t->nranks * block;
+    h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
+    h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
+    if (!h->packed || !h->seg_first) {
+      st = CHORUS_ERR_NO_MEMORY;
+    } else {
+      h->seg_len = h->seg_first + h->at.L;
+      h->reduced = h->shm ? h->packed + (size_t)h->at.l * (size_t)h->at.H * block : h->packed + (size_t)t->nranks * block;
+    }
     h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
                                    .nstages = 2,
                                    .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER},
@@ -113,13 +132,14 @@ static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   double block = (double)t->args.count * (double)t->dtype_size;
-  return (L - 1.0) * (cx->intra.alpha_us + H * block / cx->intra.bytes_per_us) +
+  size_t slot = chorus__conn_shm_slot_bytes(t) ? chorus__conn_shm_slot_bytes(t) : 1;
+  return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * block), slot), 3.0 * L * H * block) +
          (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us);
 }
 
 const chorus_algo_t chorus__algo_hier_reduce_scatter = {
     .name = "hier",
-    .desc = "two-level: intra-host ring reduce-scatter of the rails' blocks, inter-host ring reduce-scatter per rail",
+    .desc = "two-level: intra-host reduce-scatter of the rails' blocks, inter-host ring reduce-scatter per rail",
     .coll = CH_COLL_REDUCE_SCATTER,
     .supported = chorus__algo_reduce_supported,
     .cost_us = hrs_cost_us,

@@ -7,6 +7,10 @@
  * The ring is a group (chorus_sched_t): r, n, next and prev are member indexes, mapped to
  * communicator ranks only when posting; the registry's entries run it over the host-ordered
  * ring, so that only H of the n links cross hosts whatever the rank numbering.
+ * Variable-size blocks (allgatherv, reduce_scatterv: s->counts) take the same schedule with K
+ * = the chunks of the largest block; a smaller block's later chunks are empty and skipped, but
+ * chunk 0 of every step travels even when empty, so every receive of a step checks the frame's
+ * counts hash: ranks that disagree on a count fail at their first step (ERR_MISMATCH).
  */
 #include "algo/ring/ring.h"
 
@@ -53,8 +57,10 @@ struct chorus_ring {
   size_t seg_base_elems; /* segment i holds seg_base_elems + (i < seg_rem) elements */
   size_t seg_rem;
   int seg_shift;
+  size_t max_seg_elems;
   size_t chunk_elems;
   size_t nchunks;  /* K: chunks per segment */
+  int frame_every_step; /* variable-size blocks: chunk 0 of a step is posted even when empty */
   size_t rs_steps; /* the first rs_steps steps receive-and-reduce */
   size_t nunits;   /* steps * K */
   size_t first_unit; /* the allgather half of allreduce starts at its first unit */
@@ -88,11 +94,13 @@ static int recv_seg(const ring_t* g, size_t step) { return step_seg(g, step, -1)
 /* Segment seg is block block_of[seg] of a block-layout buffer (reduce_scatter, allgather;
  * equal blocks); allreduce's segments are its own, in member order. */
 static size_t seg_first_elem(const ring_t* g, int seg) {
-  size_t i = (size_t)(g->s.block_of ? g->s.block_of[seg] : seg);
+  size_t i = (size_t)chorus__sched_block(&g->s, seg);
+  if (g->s.counts) return g->s.displs[i];
   return i * g->seg_base_elems + chorus__min_sz(i, g->seg_rem);
 }
 
 static size_t seg_elems(const ring_t* g, int seg) {
+  if (g->s.counts) return g->s.counts[chorus__sched_block(&g->s, seg)];
   return g->seg_base_elems + ((size_t)seg < g->seg_rem ? 1 : 0);
 }
 
@@ -175,13 +183,21 @@ static int can_post_send(const ring_t* g, size_t unit) {
 
 /* ---- posting and reaping ---- */
 
+static chorus_status_t post_unit(chorus_task_t* t, ring_t* g, chorus_algo_xfer_t* ax, int is_send, const char* buf,
+                                 size_t nbytes, size_t unit) {
+  int peer = is_send ? g->next : g->prev;
+  if (g->frame_every_step && unit % g->nchunks == 0)
+    return chorus__sched_post_frame(t, &g->s, ax, is_send, peer, buf, nbytes, (uint32_t)unit);
+  return chorus__sched_post(t, &g->s, ax, is_send, peer, buf, nbytes, (uint32_t)unit);
+}
+
 static chorus_status_t post_recvs(chorus_task_t* t, ring_t* g, int* moved) {
   while (can_post_recv(g, g->recvs_posted)) {
     size_t unit = g->recvs_posted;
     size_t nbytes =
         unit_elems(g, recv_seg(g, unit / g->nchunks), unit % g->nchunks) * g->elem_bytes;
     chorus_algo_xfer_t* ax = &g->recv_xfers[unit % g->nrecv_xfers];
-    chorus_status_t st = chorus__sched_post(t, &g->s, ax, 0, g->prev, recv_dst(g, unit), nbytes, (uint32_t)unit);
+    chorus_status_t st = post_unit(t, g, ax, 0, recv_dst(g, unit), nbytes, unit);
     if (st < 0) return st;
     g->recvs_posted++;
     *moved = 1;
@@ -195,7 +211,7 @@ static chorus_status_t post_sends(chorus_task_t* t, ring_t* g, int* moved) {
     size_t nbytes =
         unit_elems(g, send_seg(g, unit / g->nchunks), unit % g->nchunks) * g->elem_bytes;
     chorus_algo_xfer_t* ax = &g->send_xfers[unit % g->nsend_xfers];
-    chorus_status_t st = chorus__sched_post(t, &g->s, ax, 1, g->next, send_src(g, unit), nbytes, (uint32_t)unit);
+    chorus_status_t st = post_unit(t, g, ax, 1, send_src(g, unit), nbytes, unit);
     if (st < 0) return st;
     g->sends_posted++;
     *moved = 1;
@@ -233,7 +249,8 @@ chorus_status_t chorus__ring_step(chorus_task_t* t, ring_t* g) {
     if (g->copy_pending) { /* after the first posts, so the copy overlaps the transfers */
       chorus__algo_copy(g->copy_dst, g->copy_src, g->copy_bytes);
       /* A one-member group's result is its input, divided when it is the whole avg. */
-      if (g->nranks == 1 && g->kind != CHORUS_RING_ALLGATHER) chorus__sched_avg_finish(&g->s, g->copy_dst, g->s.count);
+      if (g->nranks == 1 && g->kind != CHORUS_RING_ALLGATHER)
+        chorus__sched_avg_finish(&g->s, g->copy_dst, g->copy_bytes / g->elem_bytes);
       g->copy_pending = 0;
       moved = 1;
     }
@@ -260,8 +277,15 @@ static void set_geometry(ring_t* g) {
   }
   g->seg_shift = g->kind == CHORUS_RING_REDUCE_SCATTER ? -1 : 0;
   g->chunk_elems = chorus__sched_chunk_elems(&g->s);
-  size_t max_seg_elems = g->seg_base_elems + (g->seg_rem ? 1 : 0);
-  g->nchunks = chorus__div_up(max_seg_elems, g->chunk_elems);
+  g->max_seg_elems = g->seg_base_elems + (g->seg_rem ? 1 : 0);
+  if (g->s.counts) {
+    g->max_seg_elems = 0;
+    for (int i = 0; i < g->nranks; i++)
+      if (seg_elems(g, i) > g->max_seg_elems) g->max_seg_elems = seg_elems(g, i);
+  }
+  g->nchunks = chorus__div_up(g->max_seg_elems, g->chunk_elems);
+  g->frame_every_step = g->s.counts != NULL;
+  if (g->frame_every_step && g->nchunks == 0) g->nchunks = 1; /* all blocks empty: one frame per step */
   g->nunits = nsteps * g->nchunks;
 }
 
@@ -277,7 +301,10 @@ static void set_half(ring_t* g, chorus_ring_kind_t half) {
 }
 
 static void set_local_copy(ring_t* g) {
-  size_t bytes = g->s.count * g->elem_bytes;
+  /* The own block (allgather), the one block (reduce_scatter of one member), the vector. */
+  int own = g->kind == CHORUS_RING_ALLGATHER ? g->rank : 0;
+  size_t elems = g->kind == CHORUS_RING_ALLREDUCE ? g->s.count : seg_elems(g, own);
+  size_t bytes = elems * g->elem_bytes;
   if (g->kind == CHORUS_RING_ALLGATHER) {
     g->copy_pending = 1;
     g->copy_dst = g->recvbuf + seg_first_elem(g, g->rank) * g->elem_bytes;
@@ -300,8 +327,7 @@ static chorus_status_t alloc_buffers(ring_t* g) {
   if (rs_units == 0) return CHORUS_OK;
   g->hold_for_forward = g->kind == CHORUS_RING_REDUCE_SCATTER && g->rs_steps > 1;
   g->nslots = chorus__min_sz(window + (g->hold_for_forward ? g->nchunks : 0), rs_units);
-  size_t max_seg_elems = g->seg_base_elems + (g->seg_rem ? 1 : 0);
-  g->slot_bytes = chorus__min_sz(g->chunk_elems, max_seg_elems) * g->elem_bytes;
+  g->slot_bytes = chorus__min_sz(g->chunk_elems, g->max_seg_elems) * g->elem_bytes;
   void* slots = NULL;
   if (posix_memalign(&slots, 64, g->nslots * g->slot_bytes) != 0) return CHORUS_ERR_NO_MEMORY;
   g->slots = slots;
@@ -365,6 +391,10 @@ chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind) {
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
   /* Block collectives keep their layout: the member at ring position i owns its rank's block. */
   if (kind != CHORUS_RING_ALLREDUCE) s.block_of = s.group.ranks;
+  if (chorus__coll_is_v(t->args.coll)) { /* rank i's block: recvcounts[i] elements at rdispls[i] */
+    s.counts = t->args.recvcounts;
+    s.displs = t->args.rdispls;
+  }
   ring_t* g = NULL;
   chorus_status_t st = chorus__ring_start(&s, kind, &g);
   t->state = g;

@@ -48,9 +48,12 @@ chorus_status_t chorus__ring_step(chorus_task_t* t, chorus_ring_t* ring);
 size_t chorus__ring_units_done(const chorus_ring_t* ring);
 void chorus__ring_free(chorus_ring_t* ring);
 
-/* The registry entries' init/progress/fini: the whole communicator on its host-ordered ring. */
+/* The registry entries' init/progress/fini: the whole communicator on its host-ordered ring
+ * (allgatherv, reduce_scatterv: blocks of the task's recvcounts at its rdispls). */
 chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind);
 chorus_status_t chorus__ring_progress(chorus_task_t* t);
 void chorus__ring_fini(chorus_task_t* t);
+/* Cost of ring allgatherv and reduce_scatterv (allgatherv.c). */
+double chorus__ring_v_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx);
 
 #endif /* CHORUS_ALGO_RING_H */

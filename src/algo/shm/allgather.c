@@ -53,7 +53,7 @@ static chorus_status_t progress(chorus_task_t* t) {
       CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, in + first * es, m * es, &st), st);
       continue;
     }
-    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     for (int q = 0; q < t->nranks; q++) {
       char* dst = out + ((size_t)q * block + first) * es;
       if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__conn_shm_slot(t, q, which), m * es);

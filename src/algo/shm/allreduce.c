@@ -89,7 +89,7 @@ static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) 
     if (s->stage == 0) {
       CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, mine, m * es, &st), st);
     }
-    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     char* dst = (char*)t->args.recvbuf + first * es;
     const char* in0 = t->rank == 0 ? mine : chorus__conn_shm_slot(t, 0, which);
     const char* in1 = t->rank == 1 ? mine : chorus__conn_shm_slot(t, 1, which);
@@ -230,13 +230,13 @@ static chorus_status_t progress(chorus_task_t* t) {
         CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, (const char*)t->args.sendbuf + first * es, m * es, &st), st);
         break;
       case 1: /* reduce my slice once every input is there */
-        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
         chorus__shm_reduce_my_slice(t, s, which, m);
         chorus__conn_shm_publish(t, SHM_REDUCED, id);
         chorus__shm_advance(t, s, 2);
         break;
       default: /* copy every reduced slice out */
-        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_REDUCED, id, &st), st);
+        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_REDUCED, id, &st), st);
         chorus__shm_copy_slices_out(t, s, which, first, m);
         chorus__conn_shm_publish(t, SHM_DONE, id);
         s->k++;

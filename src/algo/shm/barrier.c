@@ -23,7 +23,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     chorus__conn_shm_publish(t, SHM_ARRIVED, id);
     chorus__shm_advance(t, s, 1);
   }
-  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
   chorus__conn_shm_publish(t, SHM_DONE, id);
   return CHORUS_OK;
 }

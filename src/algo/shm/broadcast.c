@@ -52,7 +52,7 @@ static chorus_status_t progress(chorus_task_t* t) {
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
       if (out != in) chorus__shm_copy_out(s, out, in, m * es);
     } else {
-      CHORUS_SHM_WAIT(chorus__shm_reached(t, root, SHM_ARRIVED, id, &st), st);
+      CHORUS_SHM_WAIT(chorus__shm_reached(t, s, root, SHM_ARRIVED, id, &st), st);
       chorus__shm_copy_out(s, out, chorus__conn_shm_slot(t, root, which), m * es);
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);
@@ -63,7 +63,7 @@ static chorus_status_t progress(chorus_task_t* t) {
    * check also catches a rank that runs another call (two ranks that both think they are root
    * would otherwise both return at once, having received nothing). */
   if (t->rank == root && s->nchunks)
-    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_DONE, s->base + s->nchunks, &st), st);
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_DONE, s->base + s->nchunks, &st), st);
   return CHORUS_OK;
 }
 

@@ -52,7 +52,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, (const char*)t->args.sendbuf + first * es, m * es, &st), st);
         break;
       case 1:
-        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
         chorus__shm_reduce_my_slice(t, s, which, m);
         chorus__conn_shm_publish(t, SHM_REDUCED, id);
         if (t->rank == t->args.root) {
@@ -64,7 +64,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         chorus__shm_advance(t, s, 0);
         break;
       default:
-        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_REDUCED, id, &st), st);
+        CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_REDUCED, id, &st), st);
         chorus__shm_copy_slices_out(t, s, which, first, m);
         chorus__conn_shm_publish(t, SHM_DONE, id);
         s->k++;

@@ -83,7 +83,7 @@ static chorus_status_t progress(chorus_task_t* t) {
       chorus__shm_advance(t, s, 1);
       continue;
     }
-    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     char* dst = (char*)t->args.recvbuf + first * es;
     size_t mine = (size_t)t->rank * m * es;
     s->reduce(dst, block_input(t, 0, which, mine, own, unstaged), block_input(t, 1, which, mine, own, unstaged), m);

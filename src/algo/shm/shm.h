@@ -29,27 +29,30 @@ typedef struct {
   size_t k;           /* the chunk in progress */
   int stage;
   int stream_out;     /* copies into the caller's output bypass the cache (see shm_op_init) */
+  int n, me;          /* the ranks of the host taking part (local indexes 0..n-1), and mine */
   chorus_reduce_fn reduce;
 } chorus_shm_op_t;
 
 static inline uint64_t chorus__shm_id(const chorus_shm_op_t* s) { return s->base + s->k + 1; }
 
 /* 1 when every other rank's flag f is at least want; 0 otherwise (and *st < 0 on failure). */
-static inline int chorus__shm_all_reached(chorus_task_t* t, int f, uint64_t want, chorus_status_t* st) {
-  for (int r = 0; r < t->nranks; r++)
-    if (r != t->rank && !chorus__conn_shm_reached(t, r, f, want, st)) return 0;
+static inline int chorus__shm_all_reached(chorus_task_t* t, const chorus_shm_op_t* s, int f, uint64_t want,
+                                          chorus_status_t* st) {
+  for (int r = 0; r < s->n; r++)
+    if (r != s->me && !chorus__conn_shm_reached(t, r, f, want, st)) return 0;
   return 1;
 }
 
-/* 1 when one rank's flag f is at least want (0 and maybe *st < 0 otherwise). */
-static inline int chorus__shm_reached(chorus_task_t* t, int r, int f, uint64_t want, chorus_status_t* st) {
-  return r == t->rank || chorus__conn_shm_reached(t, r, f, want, st);
+/* 1 when local rank r's flag f is at least want (0 and maybe *st < 0 otherwise). */
+static inline int chorus__shm_reached(chorus_task_t* t, const chorus_shm_op_t* s, int r, int f, uint64_t want,
+                                      chorus_status_t* st) {
+  return r == s->me || chorus__conn_shm_reached(t, r, f, want, st);
 }
 
 /* Whether the slot for the current chunk may be written: no rank still reads its last use. */
 static inline int chorus__shm_slot_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
   uint64_t id = chorus__shm_id(s);
-  return id <= 2 || chorus__shm_all_reached(t, SHM_DONE, id - 2, st);
+  return id <= 2 || chorus__shm_all_reached(t, s, SHM_DONE, id - 2, st);
 }
 
 /* The copy-in stage: once no rank reads the current chunk's slot any more, copies `bytes` from
@@ -65,22 +68,32 @@ static inline void chorus__shm_slice(size_t m, int n, int r, size_t* off, size_t
   *len = base + ((size_t)r < rem ? 1 : 0);
 }
 
-/* Allocates the op state, cutting `elems` elements into chunks of at most chunk_elems, and
- * reserves the chunk ids. Every rank computes the same chunking, so ids agree. out_bytes is the
- * whole output of the call on this rank: from CHORUS_SHM_STREAM_BYTES on (8 MiB), copies into it
- * use streaming stores (reduce/copy.c). Such a buffer does not stay cached anyway, and a plain
- * store would first read every line it writes; below it, memcpy measured faster here. */
-static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems, size_t chunk_elems,
-                                                  size_t out_bytes) {
-  _Static_assert(sizeof(chorus_shm_op_t) <= sizeof(t->state_space), "shm op state fits in the task");
-  chorus_shm_op_t* s = (chorus_shm_op_t*)t->state_space;
+/* Sets up an op of the host's ranks 0..n-1 (this rank is `me`), cutting `elems` elements into
+ * chunks of at most chunk_elems, and reserves the chunk ids. Every rank of the host computes the
+ * same chunking, so ids agree. out_bytes is the whole output of the call on this rank: from
+ * CHORUS_SHM_STREAM_BYTES on (8 MiB), copies into it use streaming stores (reduce/copy.c). Such
+ * a buffer does not stay cached anyway, and a plain store would first read every line it
+ * writes; below it, memcpy measured faster here. */
+static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, int n, int me, size_t elems,
+                                        size_t chunk_elems, size_t out_bytes, chorus_reduce_fn reduce) {
   memset(s, 0, sizeof(*s));
   s->chunk_elems = chunk_elems ? chunk_elems : 1;
   s->nchunks = chorus__div_up(elems, s->chunk_elems);
   s->base = chorus__conn_shm_next_ids(t, s->nchunks);
-  s->reduce = chorus__algo_reduce_fn(t->args.dtype, t->args.op);
+  s->reduce = reduce;
+  s->n = n;
+  s->me = me;
   size_t stream_from = chorus__conn_shm_stream_bytes(t);
   s->stream_out = stream_from && out_bytes >= stream_from;
+}
+
+/* The op of a one-host communicator's call (local indexes are ranks), kept in the task. */
+static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems, size_t chunk_elems,
+                                                  size_t out_bytes) {
+  _Static_assert(sizeof(chorus_shm_op_t) <= sizeof(t->state_space), "shm op state fits in the task");
+  chorus_shm_op_t* s = (chorus_shm_op_t*)t->state_space;
+  chorus__shm_op_setup(t, s, t->nranks, t->rank, elems, chunk_elems, out_bytes,
+                       chorus__algo_reduce_fn(t->args.dtype, t->args.op));
   t->state = s;
   return CHORUS_OK;
 }
@@ -111,7 +124,7 @@ static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, con
                                        chorus_status_t* st) {
   if (!chorus__shm_slot_free(t, s, st)) return 0;
   uint64_t id = chorus__shm_id(s);
-  memcpy(chorus__conn_shm_slot(t, t->rank, (int)(id & 1)), src, bytes);
+  memcpy(chorus__conn_shm_slot(t, s->me, (int)(id & 1)), src, bytes);
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;
@@ -179,12 +192,12 @@ static inline chorus_status_t chorus__shm_zc_progress(chorus_task_t* t, chorus_s
     chorus__shm_advance(t, s, 1);
   }
   if (s->stage == 1) {
-    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_ARRIVED, id, &st), st);
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     work(t, s);
     chorus__conn_shm_publish(t, SHM_DONE, id);
     chorus__shm_advance(t, s, 2);
   }
-  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, SHM_DONE, id, &st), st);
+  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_DONE, id, &st), st);
   s->k = s->nchunks;
   return CHORUS_OK;
 }

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# run.sh - is the automatic choice as good as the best algorithm one could force? For one
+# collective, runs chorus-perf over a sweep of sizes once automatically and once forced to each
+# algorithm (and inner choice) the registry offers for it, alternating the contenders within
+# each repetition, and prints per size the median time of each, the best forced one, and
+# auto / best. On one host (chorus-run -n L) or on an emulated cluster (scripts/cluster.sh:
+# H hosts of L ranks, host links shaped with tc tbf; needs root).
+#
+# Usage: bench/sweep/run.sh [options]
+#   --coll C        collective [allreduce]
+#   --ranks L       ranks (per host with --hosts) [2]
+#   --hosts H       emulated hosts (0: one host, no namespaces) [0]
+#   --rate RATE     tc tbf rate of every host link, with --hosts [2gbit]
+#   --numbering N   host or rr, with --hosts [host]
+#   --reps N        repetitions [3]
+#   --min BYTES     smallest size [8]
+#   --max BYTES     largest size [64M]
+#   --factor F      size step [8]
+#   --algos "..."   contenders (names as CHORUS_ALGO takes them) [every one chorus-diag
+#                   --algos lists for the collective]
+#   --out DIR       raw outputs, samples.csv, table.md [/tmp/chorus-sweep]
+#   --timeout-sec S bound on each run [600]
+#   -h, --help      this text
+# Iterations per size (chorus-perf -n / -w): 1000/100 up to 4 KiB, 200/20 up to 256 KiB, 20/3 up
+# to 4 MiB, 5/1 above on one host; a tenth of that (at least 3/1) across hosts. Contenders that
+# cannot serve a call (e.g. shm across hosts) fail their run and are left out of that size.
+# The automatic row's choices come from one extra untimed run with the tune log on.
+set -u -o pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BUILD=${CHORUS_SWEEP_BUILD_DIR:-$REPO/build}
+
+coll=allreduce ranks=2 hosts=0 rate=2gbit numbering=host reps=3 min=8 max=64M factor=8 algos=""
+out=/tmp/chorus-sweep run_timeout=600
+
+usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
+die() { echo "run.sh: $*" >&2; exit 2; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --coll) coll=${2:?}; shift ;;
+    --ranks) ranks=${2:?}; shift ;;
+    --hosts) hosts=${2:?}; shift ;;
+    --rate) rate=${2:?}; shift ;;
+    --numbering) numbering=${2:?}; shift ;;
+    --reps) reps=${2:?}; shift ;;
+    --min) min=${2:?}; shift ;;
+    --max) max=${2:?}; shift ;;
+    --factor) factor=${2:?}; shift ;;
+    --algos) algos=${2:?}; shift ;;
+    --out) out=${2:?}; shift ;;
+    --timeout-sec) run_timeout=${2:?}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown option '$1'" ;;
+  esac
+  shift
+done
+[ -x "$BUILD/chorus-perf" ] && [ -x "$BUILD/chorus-run" ] && [ -x "$BUILD/chorus-diag" ] ||
+  die "build Chorus first (cmake --build $BUILD): chorus-perf, chorus-run and chorus-diag are needed"
+if [ -z "$algos" ]; then
+  algos=$("$BUILD/chorus-diag" --algos | awk -v c="$coll" '$1 == c { print $2 }' | tr '\n' ' ')
+fi
+[ -n "$algos" ] || die "no algorithm for '$coll'"
+mkdir -p "$out" || die "cannot create $out"
+rm -f "$out"/*.out "$out/samples.csv"
+
+to_bytes() {
+  local v=$1
+  case $v in
+    *K) echo $((${v%K} * 1024)) ;;
+    *M) echo $((${v%M} * 1024 * 1024)) ;;
+    *G) echo $((${v%G} * 1024 * 1024 * 1024)) ;;
+    *) echo "$v" ;;
+  esac
+}
+lo=$(to_bytes "$min") hi=$(to_bytes "$max")
+
+# The sizes of each iteration band, [lo, hi] split at 4 KiB, 256 KiB and 4 MiB.
+bands() {
+  local a b n w edges=(4096 262144 4194304) iters=(1000 200 20 5) warm=(100 20 3 1) i start=$lo
+  for i in 0 1 2 3; do
+    local end=$hi
+    [ $i -lt 3 ] && [ "${edges[$i]}" -lt "$hi" ] && end=${edges[$i]}
+    if [ "$start" -le "$end" ] && [ "$start" -le "$hi" ]; then
+      n=${iters[$i]} w=${warm[$i]}
+      if [ "$hosts" -gt 0 ]; then n=$((n / 10 > 3 ? n / 10 : 3)) w=$((w / 10 > 1 ? w / 10 : 1)); fi
+      echo "$start $end $n $w"
+      a=$start
+      while [ "$a" -le "$end" ]; do a=$((a * factor)); done
+      start=$a
+    fi
+  done
+}
+
+# run_perf LOG ALGO B E N W [VAR=VAL...]: one chorus-perf run (ALGO "auto": no -a); rank 0's rows
+# in LOG.
+run_perf() {
+  local log=$1 algo=$2 b=$3 e=$4 n=$5 w=$6
+  shift 6
+  local aopt=()
+  [ "$algo" = auto ] || aopt=(-a "$algo")
+  local perf=("$BUILD/chorus-perf" "$coll" -b "$b" -e "$e" -f "$factor" -n "$n" -w "$w" -c 0 "${aopt[@]}")
+  if [ "$hosts" -gt 0 ]; then
+    local xs=()
+    for kv in "$@"; do xs+=(--run-opt -x --run-opt "$kv"); done
+    timeout -k 5 "$run_timeout" "$REPO/scripts/cluster.sh" -H "$hosts" -n "$ranks" --rate "$rate" \
+      --numbering "$numbering" --timeout "$run_timeout" "${xs[@]}" -- "${perf[@]}" >"$log.all" 2>&1
+    local rc=$?
+    sed -n 's/^\[host0\] //p' "$log.all" >"$log"
+    return $rc
+  fi
+  local xs=()
+  for kv in "$@"; do xs+=(-x "$kv"); done
+  timeout -k 5 "$run_timeout" "$BUILD/chorus-run" -n "$ranks" "${xs[@]}" "${perf[@]}" >"$log" 2>&1
+}
+
+echo "# sweep of $coll, $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks ranks, links $rate, numbering $numbering" ||
+  echo "$ranks ranks on one host"), $reps repetitions; contenders: auto $algos"
+echo "# start $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"
+echo "rep,algo,bytes,us" >"$out/samples.csv"
+read -r -a band_list <<<"$(bands | tr '\n' ' ')"
+for ((rep = 1; rep <= reps; rep++)); do
+  for algo in auto $algos; do
+    for ((i = 0; i < ${#band_list[@]}; i += 4)); do
+      b=${band_list[$i]} e=${band_list[$((i + 1))]} n=${band_list[$((i + 2))]} w=${band_list[$((i + 3))]}
+      log="$out/rep$rep.${algo//\//_}.$b.out"
+      if ! run_perf "$log" "$algo" "$b" "$e" "$n" "$w"; then
+        echo "# rep $rep $algo $b-$e: failed ($(grep -m1 -iE 'error|not supported|failed' "$log" "$log.all" 2>/dev/null | head -c 160))"
+      fi
+      awk -v rep="$rep" -v algo="$algo" '$1 ~ /^[0-9]+$/ && NF >= 9 && $9 == 0 { print rep "," algo "," $1 "," $6 }' \
+        "$log" >>"$out/samples.csv"
+    done
+  done
+  echo "# rep $rep done $(date -u '+%H:%M:%S'); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+
+# What the automatic choice picked: one untimed run with the tune log.
+choice_log="$out/auto_choice.out"
+for ((i = 0; i < ${#band_list[@]}; i += 4)); do
+  run_perf "$choice_log.$i" auto "${band_list[$i]}" "${band_list[$((i + 1))]}" 1 0 CHORUS_LOG_LEVEL=debug \
+    CHORUS_LOG_SUBSYS=tune >/dev/null 2>&1
+  cat "$choice_log.$i" "$choice_log.$i.all" 2>/dev/null
+done | grep -E "\\[0\\] CHORUS DEBUG tune $coll of" | sed 's/.*tune //' | sort -u >"$out/auto_choices.txt"
+
+/usr/bin/python3 "$HERE/summarize.py" "$out/samples.csv" "$out/auto_choices.txt" "$coll" | tee "$out/table.md"
+echo "# end $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"
