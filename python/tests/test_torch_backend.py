@@ -312,6 +312,59 @@ class BackendTests(unittest.TestCase):
             work.wait()
             self.assertBits(rows.reshape(-1), expected, f"all_to_all_single rows {dtype}")
 
+    @staticmethod
+    def split_rows(sender, receiver):
+        """Rows rank `sender` sends rank `receiver` in the split tests (0 included)."""
+        return (sender + 2 * receiver) % 3
+
+    def split_expectation(self, dtype, width, salt):
+        """(rank r's input, the rows r sends each rank, the rows it receives from each, and
+        what its output must hold), all from the reference inputs of every rank."""
+        n, r = self.n, self.r
+
+        def rank_rows(q):
+            sends = [self.split_rows(q, j) for j in range(n)]
+            whole = ref.rank_input(q, sum(sends) * width, dtype, salt=salt)
+            return sends, whole.reshape(-1, width) if whole.size else whole.reshape(0, width)
+
+        sends, mine = rank_rows(r)
+        expected = []
+        for q in range(n):
+            q_sends, q_rows = rank_rows(q)
+            start = sum(q_sends[:r])
+            expected.append(q_rows[start:start + q_sends[r]])
+        receives = [self.split_rows(q, r) for q in range(n)]
+        return tensor_of(mine), sends, receives, np.concatenate(expected)
+
+    def test_all_to_all_single_split_sizes(self):
+        for dtype in ("int8", "int64", "bfloat16", "float32"):
+            mine, sends, receives, expected = self.split_expectation(dtype, 4, salt=17)
+            out = torch.full((sum(receives), 4), -1).to(getattr(torch, dtype))
+            dist.all_to_all_single(out, mine, output_split_sizes=receives,
+                                   input_split_sizes=sends)
+            self.assertBits(out.reshape(-1), expected.reshape(-1),
+                            f"all_to_all_single split {dtype}")
+        # Only one side split: the other is divided equally.
+        equal = 2 * self.n
+        out = torch.empty(equal * 3)
+        dist.all_to_all_single(out.view(equal, 3), torch.arange(equal * 3.0).view(equal, 3),
+                               output_split_sizes=[2] * self.n)
+        base = np.arange(equal * 3.0, dtype=np.float32).reshape(equal, 3)[2 * self.r:2 * self.r + 2]
+        self.assertBits(out, np.tile(base.reshape(-1), self.n), "all_to_all_single one side split")
+        with self.assertRaisesRegex(ValueError, "split sizes"):  # 5 rows of 4 (and of 1)
+            dist.all_to_all_single(torch.empty(4), torch.empty(4),
+                                   input_split_sizes=[5] + [0] * (self.n - 1))
+
+    def test_all_to_all_unequal_tensors(self):
+        for dtype in ("int32", "float64"):
+            mine, sends, receives, expected = self.split_expectation(dtype, 3, salt=18)
+            ins = list(mine.split(sends))
+            outs = [torch.full((rows, 3), -1).to(getattr(torch, dtype)) for rows in receives]
+            work = dist.all_to_all(outs, ins, async_op=True)
+            work.wait()
+            self.assertBits(torch.cat(outs).reshape(-1), expected.reshape(-1),
+                            f"all_to_all unequal {dtype}")
+
     def test_all_to_all_list_separate_and_views(self):
         n, r, block = self.n, self.r, 11
         for dtype in ("int8", "bfloat16", "float64"):

@@ -504,6 +504,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
         outs, ins = _as_tensor_list(output_tensors), _as_tensor_list(input_tensors)
         if len(outs) != self.size() or len(ins) != self.size():
             raise ValueError(f"chorus: alltoall needs {self.size()} input and output tensors")
+        if any(t.numel() != ins[0].numel() for t in outs + ins):
+            return self._alltoall_unequal(outs, ins)
         _check_same_shape(outs + ins, ins[0], "alltoall")
         send_flat, send_copy = _block_buffer(ins)
         if send_copy:
@@ -521,10 +523,37 @@ class ProcessGroupChorus(dist.ProcessGroup):
         keep = (outs, ins, send_flat, recv_flat, send, recv)
         return self._work("alltoall", args, keep, finish)
 
+    def _alltoall_unequal(self, outs, ins):
+        """all_to_all with tensors of different sizes: one alltoallv between buffers that
+        hold the inputs, and the outputs, end to end."""
+        send_flat, send_copy = _coalesced_buffer(ins, "all_to_all")
+        if send_copy:
+            _copy_flat_in(send_flat, ins)
+        recv_flat, recv_copy = _coalesced_buffer(outs, "all_to_all")
+        if recv_flat.dtype != send_flat.dtype:
+            raise ValueError("chorus: all_to_all needs inputs and outputs of one dtype")
+        args, keep = self._alltoallv_args(send_flat, [t.numel() for t in ins],
+                                          recv_flat, [t.numel() for t in outs])
+
+        def finish():
+            if recv_copy:
+                _copy_flat_out(recv_flat, outs)
+            return outs
+
+        return self._work("alltoallv", args, (keep, outs, ins, send_flat, recv_flat), finish,
+                          "alltoall")
+
+    def _alltoallv_args(self, send, send_counts, recv, recv_counts):
+        """The chorus_ialltoallv arguments (and the objects they point into) for blocks laid
+        back to back in rank order."""
+        args, keep, _ = self._comm.prepare("alltoallv", send, send_counts, recv_counts, recv)
+        return args, keep
+
     def alltoall_base(self, output_tensor, input_tensor, output_split_sizes,
                       input_split_sizes, opts=None):
         if output_split_sizes or input_split_sizes:
-            raise ValueError("chorus: all_to_all_single supports equal splits only")
+            return self._alltoall_split(output_tensor, input_tensor, output_split_sizes,
+                                        input_split_sizes)
         send = self._buf(input_tensor, "alltoall input")
         recv = self._buf(output_tensor, "alltoall output")
         if send.count != recv.count or send.count % self.size() or send.dtype != recv.dtype:
@@ -533,6 +562,30 @@ class ProcessGroupChorus(dist.ProcessGroup):
         args = (send.address, recv.address, send.count // self.size(), send.dtype_code)
         return self._work("alltoall", args, (input_tensor, output_tensor, send, recv),
                           lambda: [output_tensor])
+
+    def _alltoall_split(self, output_tensor, input_tensor, output_split_sizes,
+                        input_split_sizes):
+        """all_to_all_single with split sizes: rows of dim 0, as torch counts them (an empty
+        list means equal splits), through one alltoallv."""
+        send_counts = self._split_counts(input_tensor, input_split_sizes, "input")
+        recv_counts = self._split_counts(output_tensor, output_split_sizes, "output")
+        args, keep = self._alltoallv_args(input_tensor, send_counts, output_tensor, recv_counts)
+        return self._work("alltoallv", args, (keep, input_tensor, output_tensor),
+                          lambda: [output_tensor], "alltoall")
+
+    def _split_counts(self, tensor, split_sizes, what):
+        rows = tensor.shape[0] if tensor.dim() else 1
+        row_elements = tensor.numel() // rows if rows else 0
+        if not split_sizes:
+            if rows % self.size():
+                raise ValueError(f"chorus: all_to_all_single {what} has {rows} rows, not a "
+                                 f"multiple of the group size {self.size()}")
+            split_sizes = [rows // self.size()] * self.size()
+        split_sizes = [int(rows_of_rank) for rows_of_rank in split_sizes]
+        if len(split_sizes) != self.size() or sum(split_sizes) != rows or min(split_sizes) < 0:
+            raise ValueError(f"chorus: all_to_all_single {what} split sizes {split_sizes} must "
+                             f"be {self.size()} counts of rows adding up to {rows}")
+        return [rows_of_rank * row_elements for rows_of_rank in split_sizes]
 
     @staticmethod
     def _comm_op(name):
