@@ -99,7 +99,7 @@ def reason_line(record):
         return text
     lines = [line.strip() for line in text.splitlines()]
     errors = [line for line in lines
-              if re.match(r"^[A-Za-z_.]*(Error|Exception|Timeout|Interrupt|Exit)\b.*", line)
+              if re.match(r"^[A-Za-z_.]*(Error|Exception|Timeout|Interrupt|Exit)\w*: ", line)
               or line.startswith("Timing out")]
     child = [line for line in errors if not line.startswith("RuntimeError: Process ")]
     chosen = (child or errors or lines or ["(no reason recorded)"])[-1]
