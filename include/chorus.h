@@ -43,7 +43,8 @@ typedef struct chorus_req chorus_req_t;   /* a non-blocking operation in flight 
   XX(ERR_NOT_SUPPORTED, -8, "not supported")                                           \
   XX(ERR_MISMATCH, -9, "ranks made mismatched calls")                                  \
   XX(ERR_PROTOCOL, -10, "protocol violation (bad frame, handshake or secret)")         \
-  XX(ERR_INTERNAL, -11, "internal error")
+  XX(ERR_INTERNAL, -11, "internal error")                                             \
+  XX(ERR_TRUNCATED, -12, "message longer than the receive buffer")
 
 typedef enum {
 #define CHORUS_XX_(name, val, str) CHORUS_##name = val,
@@ -174,7 +175,8 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
 /* Waits for the communicator's operations, then frees it and every resource it holds (sockets,
  * threads, segments). Requests of the communicator must be freed first or are freed here. Not
  * collective, but a rank should destroy only after its peers no longer need it. NULL is OK;
- * a communicator destroyed already is ERR_INVALID_ARG. */
+ * a communicator destroyed already is ERR_INVALID_ARG; one with calls in the calling thread's
+ * open group (chorus_group_start) is ERR_INVALID_USAGE. */
 CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm);
 
 /* Marks the communicator broken and wakes every waiter at once: operations in flight end with
@@ -265,8 +267,8 @@ CHORUS_API chorus_status_t chorus_barrier(chorus_comm_t* comm);
  * recvcounts, the same on every rank), and pair by pair (what rank a sends rank b is what b
  * expects from a). A disagreement is found in the frames (the counts travel with the data,
  * empty blocks included): the ranks that exchange data with a disagreeing rank fail with
- * ERR_MISMATCH, and the abort frames they send every peer fail the ranks still in the call
- * with ERR_MISMATCH too; never is data of another size delivered (a rank whose own exchanges
+ * ERR_MISMATCH, and their give-up frames fail the ranks still in the call with ERR_MISMATCH
+ * too; never is data of another size delivered (a rank whose own exchanges
  * all agreed may have completed, with the data it expected). Statuses: those of every
  * collective above; ERR_INVALID_ARG also for a NULL counts array the rank uses, a block that
  * ends beyond the address space ((displacement + count) x dtype size over SIZE_MAX / 2),
@@ -316,21 +318,87 @@ CHORUS_API chorus_status_t chorus_scatterv(const void* sendbuf, const size_t* se
                                            const size_t* displs, void* recvbuf, size_t recvcount,
                                            chorus_dtype_t dtype, int root, chorus_comm_t* comm);
 
-/* Point to point. Messages between a pair arrive in the order they were sent. Operations of
- * one communicator execute in the order they were posted, so two ranks that both send a large
- * message to each other before receiving must use chorus_sendrecv. Not collective. */
+/* ---- point to point (not collective) ----
+ * Matching (as in MPI): a message goes to the earliest-posted receive of its destination whose
+ * source (a rank, or CHORUS_ANY_SOURCE) and tag (0..CHORUS_TAG_MAX, or CHORUS_ANY_TAG) accept
+ * it; messages from one rank to another with the same tag are received in the order they were
+ * sent (they never overtake each other; messages of different tags or senders may). The
+ * calls without a tag use tag 0.
+ * Progress: point-to-point operations progress independently of each other and of the
+ * communicator's collectives (which keep their own order): a rank may post chorus_irecv from
+ * a peer and then chorus_isend to it while the peer does the same, or run collectives while
+ * receives wait. A blocking send returns once its message left: at once for a message of at
+ * most CHORUS_P2P_EAGER_BYTES (64 KiB; the receiver buffers it if its receive is not posted
+ * yet), else once the receiver posted the matching receive (the payload then goes straight
+ * into the receive buffer). So two ranks that both make a blocking send of a large message to
+ * each other before receiving wait on each other (until the timeout): post the receives first
+ * (chorus_irecv), or use chorus_sendrecv or a group. A send to oneself completes when its
+ * receive is posted. Memory for messages that arrive before their receive is bounded by
+ * CHORUS_P2P_UNEXPECTED_BYTES per communicator (64 MiB; past it they wait in the connection).
+ * Sizes: the receive's count is the capacity of its buffer. A shorter message is received
+ * (its count is reported, see chorus_msg_info_t); a longer one fills the buffer and fails
+ * the receive with ERR_TRUNCATED; one of another dtype fails it with ERR_MISMATCH (nothing is
+ * written). Both fail only that receive (the communicator stays usable), the sender's call
+ * succeeds. A peer's death, a timeout (nothing moved for CHORUS_TIMEOUT_SEC; the message names
+ * the operation, its number, peer and tag) and chorus_comm_abort fail every pending
+ * operation, point-to-point included, and break the communicator; a receive from any source
+ * alone does not fail because one possible sender closed its side after its last message. */
+#define CHORUS_ANY_SOURCE (-1)
+#define CHORUS_ANY_TAG (-1)
+#define CHORUS_TAG_MAX 0x7fffffff
+
+/* What a completed receive got. */
+typedef struct {
+  int source;   /* the rank that sent the message */
+  int tag;      /* its tag */
+  size_t count; /* its elements (more than the buffer holds when the receive is ERR_TRUNCATED) */
+} chorus_msg_info_t;
+
 CHORUS_API chorus_status_t chorus_send(const void* buf, size_t count, chorus_dtype_t dtype,
                                        int peer, chorus_comm_t* comm);
+/* peer may be CHORUS_ANY_SOURCE (chorus_recv_tag reports who sent it). */
 CHORUS_API chorus_status_t chorus_recv(void* buf, size_t count, chorus_dtype_t dtype, int peer,
                                        chorus_comm_t* comm);
-/* Sends sendcount elements to dst and receives recvcount elements from src, both at once. */
+/* With a tag; info (may be NULL) receives the message's source, tag and count. Returns OK,
+ * ERR_TRUNCATED, ERR_MISMATCH (another dtype), or the errors of any call. */
+CHORUS_API chorus_status_t chorus_send_tag(const void* buf, size_t count, chorus_dtype_t dtype,
+                                           int peer, int tag, chorus_comm_t* comm);
+CHORUS_API chorus_status_t chorus_recv_tag(void* buf, size_t count, chorus_dtype_t dtype, int peer,
+                                           int tag, chorus_comm_t* comm, chorus_msg_info_t* info);
+/* Sends sendcount elements to dst and receives up to recvcount elements from src (tag 0),
+ * both at once. */
 CHORUS_API chorus_status_t chorus_sendrecv(const void* sendbuf, size_t sendcount, int dst,
                                            void* recvbuf, size_t recvcount, int src,
                                            chorus_dtype_t dtype, chorus_comm_t* comm);
 
+/* ---- groups (as ncclGroupStart/ncclGroupEnd) ----
+ * Between chorus_group_start and the matching chorus_group_end (they nest; the calling
+ * thread's outermost pair counts) the calls of this thread are gathered instead of run:
+ * - a blocking call returns CHORUS_OK at once (after its argument checks); it runs, and its
+ *   buffers are read and written, by chorus_group_end, which waits for it and returns the
+ *   first error of the group's blocking calls (a receive's chorus_msg_info_t is filled then);
+ * - a non-blocking call returns a request that completes after chorus_group_end; waiting on
+ *   it before (chorus_wait) is ERR_INVALID_USAGE, chorus_test says not done.
+ * chorus_group_end posts the calls of each communicator together: allreduces of the same
+ * dtype and op are fused into one allreduce over the concatenation of their vectors (in
+ * pieces of at most CHORUS_GROUP_FUSE_BYTES, 1 MiB; packed into a library buffer, or on one
+ * host read and written where they are), allgathers of the same dtype into one allgather,
+ * barriers into one barrier; the other collectives run one after the other in the order
+ * posted (fused ones in the place of their first call), and point-to-point calls progress
+ * together, so a group of sends and receives to and from many peers completes whatever their
+ * order. As with collectives, every rank must make the same collective calls in its group:
+ * the group's shape (the kinds, dtypes, ops, roots and counts of its collectives) is part of
+ * the fused operations' signature, so ranks whose groups differ get ERR_MISMATCH (across
+ * hosts, a rank that hears of it only through a peer closing its connection: ERR_REMOTE),
+ * never results cut at the wrong places. The calls of a group must not depend on each other's
+ * results. chorus_group_end returns ERR_INVALID_USAGE without an open group. */
+CHORUS_API chorus_status_t chorus_group_start(void);
+CHORUS_API chorus_status_t chorus_group_end(void);
+
 /* ---- non-blocking twins: same arguments plus *req; the buffers must stay untouched until the
- * request completes. Operations of a communicator complete in posting order; they progress in
- * a background thread of the communicator. ---- */
+ * request completes. Collectives of a communicator complete in posting order; point-to-point
+ * operations complete as their messages arrive. They progress in a background thread of the
+ * communicator. ---- */
 CHORUS_API chorus_status_t chorus_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
                                              chorus_dtype_t dtype, chorus_op_t op,
                                              chorus_comm_t* comm, chorus_req_t** req);
@@ -386,6 +454,11 @@ CHORUS_API chorus_status_t chorus_isendrecv(const void* sendbuf, size_t sendcoun
                                             void* recvbuf, size_t recvcount, int src,
                                             chorus_dtype_t dtype, chorus_comm_t* comm,
                                             chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_isend_tag(const void* buf, size_t count, chorus_dtype_t dtype,
+                                            int peer, int tag, chorus_comm_t* comm,
+                                            chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_irecv_tag(void* buf, size_t count, chorus_dtype_t dtype, int peer,
+                                            int tag, chorus_comm_t* comm, chorus_req_t** req);
 
 /* Sets *done to 1 when the request has completed (then returns its final status), else to 0
  * and returns CHORUS_INPROGRESS. Never blocks. */
@@ -396,6 +469,12 @@ CHORUS_API chorus_status_t chorus_wait(chorus_req_t* req);
 /* Releases a request. Releasing one still in flight is allowed: it completes in the
  * background and its result is discarded. NULL is ignored. */
 CHORUS_API void chorus_req_free(chorus_req_t* req);
+/* What a completed receive request (chorus_irecv, chorus_irecv_tag, chorus_isendrecv) got:
+ * returns OK and fills *info once the receive has matched a message (also when it completed
+ * with ERR_TRUNCATED or ERR_MISMATCH), CHORUS_INPROGRESS before, ERR_INVALID_ARG for NULL
+ * arguments and requests of other calls, or the request's error when it failed before
+ * matching (a broken communicator). Never blocks. */
+CHORUS_API chorus_status_t chorus_req_info(chorus_req_t* req, chorus_msg_info_t* info);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,9 @@
 #   --out DIR         raw outputs, samples.csv, table.md [/tmp/chorus-cluster]
 #   --timeout-sec S   bound on each single run [300]
 #   --line-rate       instead of the table: 2 hosts x 1 rank, links unshaped; iperf3 with 1 and
-#                     4 streams against chorus-perf allreduce 256 MiB with CHORUS_NSOCKS_PER_PEER
+#                     4 streams one way, and with 1 stream each way at once (--bidir: what an
+#                     allreduce of 2 ranks asks of the link, where every rank sends and receives
+#                     at once), against chorus-perf allreduce 256 MiB with CHORUS_NSOCKS_PER_PEER
 #                     1 and 4, alternating (--reps, --timeout-sec apply)
 #   --no-install      do not apt-get install missing packages (missing contenders are skipped)
 #   -h, --help        this text
@@ -210,17 +212,22 @@ if [ $line_rate = 1 ]; then
   echo "rep,contender,gbit_per_s" >"$csv"
   b=$((256 << 20))
   for ((rep = 1; rep <= reps; rep++)); do
-    for c in iperf3_1 iperf3_4 chorus_1 chorus_4; do
+    for c in iperf3_1 iperf3_4 iperf3bidir_1 chorus_1 chorus_4; do
       log=$out/raw/line.$c.rep$rep.log
       case $c in
-        iperf3_*)
+        iperf3_* | iperf3bidir_*)
           ip netns exec "${NS[0]}" timeout -k 2 60 iperf3 -s -1 -p 5201 >"$log.server" 2>&1 &
           spid=$!
           sleep 0.5
-          ip netns exec "${NS[1]}" timeout -k 2 60 iperf3 -c "$SUBNET.1" -p 5201 -t 5 -P "${c#iperf3_}" -J >"$log" 2>&1
+          bidir=()
+          [[ $c == iperf3bidir_* ]] && bidir=(--bidir)
+          ip netns exec "${NS[1]}" timeout -k 2 60 iperf3 -c "$SUBNET.1" -p 5201 -t 5 -P "${c#*_}" "${bidir[@]}" -J >"$log" 2>&1
           wait $spid
-          # receiver's rate, bits/s
-          v=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e9)' "$log") || v=""
+          # receiver's rate, bits/s; both directions at once: the mean of the two directions
+          v=$(/usr/bin/python3 -c 'import json,sys
+e = json.load(open(sys.argv[1]))["end"]
+r = [e["sum_received"]["bits_per_second"]] + ([e["sum_received_bidir_reverse"]["bits_per_second"]] if "sum_received_bidir_reverse" in e else [])
+print(sum(r) / len(r) / 1e9)' "$log") || v=""
           ;;
         chorus_*)
           chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#chorus_}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
@@ -233,17 +240,19 @@ if [ $line_rate = 1 ]; then
     done
   done
   {
-    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams |"
-    echo "|---|---|---|---|"
-    for c in iperf3_1 iperf3_4 chorus_1 chorus_4; do
+    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions |"
+    echo "|---|---|---|---|---|"
+    for c in iperf3_1 iperf3_4 iperf3bidir_1 chorus_1 chorus_4; do
       m=$(awk -F, -v c=$c '$2 == c { print $3 }' "$csv" | median) || m=""
       [ -n "$m" ] || { echo "| $c | failed | | |"; continue; }
       # same-run ratios: this contender over iperf3 in the same repetition, median over them
       r1=$(awk -F, -v c=$c '$2 == "iperf3_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
       r4=$(awk -F, -v c=$c '$2 == "iperf3_4" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
-      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" 'BEGIN {
-        name = c; sub("iperf3_", "iperf3, streams ", name); sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
-        printf "| %s | %.2f | %.2fx | %.2fx |\n", name, m, a, d }'
+      rb=$(awk -F, -v c=$c '$2 == "iperf3bidir_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
+      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" 'BEGIN {
+        name = c; sub("iperf3bidir_", "iperf3 --bidir (each direction), streams ", name); sub("iperf3_", "iperf3, streams ", name)
+        sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
+        printf "| %s | %.2f | %.2fx | %.2fx | %.2fx |\n", name, m, a, d, e }'
     done
   } >"$out/table.md"
   exit 0

@@ -7,10 +7,23 @@ in place, through ctypes. `import chorus.torch` adds the torch.distributed backe
     comm.allreduce(x)                     # in place, sum over ranks
     req = comm.iallreduce(x, op="max")    # non-blocking
     req.wait()
+    with chorus.group():                  # gathered, fused, run at the end of the block
+        comm.allreduce(a); comm.allreduce(b)
 """
 
 from . import _lib
-from .comm import Communicator, Request, UniqueId, init
+from .comm import (
+    ANY_SOURCE,
+    ANY_TAG,
+    Communicator,
+    MessageInfo,
+    Request,
+    UniqueId,
+    group,
+    group_end,
+    group_start,
+    init,
+)
 from .errors import (
     ChorusError,
     CommBrokenError,
@@ -24,6 +37,7 @@ from .errors import (
     RemoteError,
     SystemCallError,
     TimeoutError,
+    TruncationError,
 )
 from .store import FileStore
 
@@ -31,6 +45,7 @@ __version__ = "0.1.0"
 
 SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
 SPLIT_NOCOLOR = -1
+TAG_MAX = _lib.TAG_MAX
 
 #: The element types and reduction ops the loaded library knows, by name.
 DTYPES = tuple(_lib.DTYPES)
@@ -45,9 +60,10 @@ def library_version():
 
 
 __all__ = [
-    "AVG", "ChorusError", "CommBrokenError", "Communicator", "DTYPES", "FileStore",
-    "InternalError", "InvalidArgumentError", "InvalidUsageError", "MAX", "MIN", "MismatchError",
-    "NoMemoryError", "NotSupportedError", "OPS", "PROD", "ProtocolError", "RemoteError",
-    "Request", "SPLIT_NOCOLOR", "SUM", "SystemCallError", "TimeoutError", "UniqueId", "init",
-    "library_path", "library_version",
+    "ANY_SOURCE", "ANY_TAG", "AVG", "ChorusError", "CommBrokenError", "Communicator", "DTYPES",
+    "FileStore", "InternalError", "InvalidArgumentError", "InvalidUsageError", "MAX", "MIN",
+    "MessageInfo", "MismatchError", "NoMemoryError", "NotSupportedError", "OPS", "PROD",
+    "ProtocolError", "RemoteError", "Request", "SPLIT_NOCOLOR", "SUM", "SystemCallError",
+    "TAG_MAX", "TimeoutError", "TruncationError", "UniqueId", "group", "group_end",
+    "group_start", "init", "library_path", "library_version",
 ]

@@ -36,6 +36,16 @@ class ConfigStruct(ctypes.Structure):
     ]
 
 
+class MsgInfoStruct(ctypes.Structure):
+    """chorus_msg_info_t: what a completed receive got."""
+    _fields_ = [("source", ctypes.c_int), ("tag", ctypes.c_int), ("count", ctypes.c_size_t)]
+
+
+ANY_SOURCE = -1  # CHORUS_ANY_SOURCE
+ANY_TAG = -1  # CHORUS_ANY_TAG
+TAG_MAX = 0x7FFFFFFF  # CHORUS_TAG_MAX
+
+
 def _recorded_library():
     """The installed library setup.py found at build time (CHORUS_PREFIX, pkg-config or
     CMAKE_PREFIX_PATH), from the generated module; None in a source tree or when bundled."""
@@ -170,6 +180,17 @@ def _declare_prototypes(lib):
         if hasattr(lib, "chorus_" + coll):
             _declare(lib, "chorus_" + coll, st, args)
             _declare(lib, "chorus_i" + coll, st, args + [preq])
+
+    # Tagged point to point (tag 0..TAG_MAX; receives also ANY_TAG, ANY_SOURCE).
+    pinfo = ctypes.POINTER(MsgInfoStruct)
+    _declare(lib, "chorus_send_tag", st, [cvp, sz, i, i, i, comm])
+    _declare(lib, "chorus_isend_tag", st, [cvp, sz, i, i, i, comm, preq])
+    _declare(lib, "chorus_recv_tag", st, [vp, sz, i, i, i, comm, pinfo])
+    _declare(lib, "chorus_irecv_tag", st, [vp, sz, i, i, i, comm, preq])
+    _declare(lib, "chorus_req_info", st, [vp, pinfo])
+
+    _declare(lib, "chorus_group_start", st, [])
+    _declare(lib, "chorus_group_end", st, [])
 
     _declare(lib, "chorus_test", st, [vp, pint])
     _declare(lib, "chorus_wait", st, [vp])

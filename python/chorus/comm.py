@@ -7,6 +7,7 @@ request's buffers are kept alive until the library is done with them, even if th
 object is dropped, so a forgotten request can never write into freed memory.
 """
 
+import collections
 import ctypes
 import functools
 import threading
@@ -17,6 +18,92 @@ from ._buffers import as_buffer, new_like
 from .errors import error_for_status, python_side_error
 
 _lib_handle = _lib.lib
+
+ANY_SOURCE = _lib.ANY_SOURCE
+ANY_TAG = _lib.ANY_TAG
+
+#: What a completed receive got (chorus_msg_info_t): the sender's rank, the message's tag, and
+#: its element count (more than the buffer holds when the receive raised TruncationError).
+MessageInfo = collections.namedtuple("MessageInfo", "source tag count")
+
+
+# ---- groups (chorus_group_start / chorus_group_end) ----
+
+class _GroupState(threading.local):
+    """The calling thread's open group: its depth, the buffers of its blocking calls (the C
+    library reads and writes them only at the outermost group_end), its requests (which must
+    not be waited for before) and the communicators it used (for the error text)."""
+
+    def __init__(self):
+        self.depth = 0
+        self.keepalive = []
+        self.records = []
+        self.comms = []
+
+
+_group = _GroupState()
+
+
+def group_start():
+    """Opens (or nests) a group on this thread: until the matching outermost group_end(), this
+    thread's calls are gathered instead of run. Blocking calls return at once (their results are
+    in place after group_end); non-blocking ones return requests that complete after group_end.
+    group_end fuses allreduces of the same dtype and op (and allgathers of the same dtype) into
+    few operations and lets point-to-point calls progress together (see include/chorus.h)."""
+    status = _lib_handle.chorus_group_start()
+    if status < 0:
+        raise error_for_status(status, operation="group_start")
+    _group.depth += 1
+
+
+def group_end():
+    """Closes the group opened by the matching group_start(); the outermost one posts the
+    gathered calls, waits for the blocking ones and raises the first error among them."""
+    if _group.depth == 0:
+        raise python_side_error("CHORUS_ERR_INVALID_USAGE", "group_end() without group_start()", "group_end")
+    status = _lib_handle.chorus_group_end()
+    _group.depth -= 1
+    if _group.depth:
+        return
+    comms, records = _group.comms, _group.records
+    _group.keepalive, _group.records, _group.comms = [], [], []
+    for record in records:
+        record.deferred = None
+        record.posted.set()
+    if status < 0:
+        detail = next((c.last_error for c in comms if not c.closed and c.last_error), "")
+        raise error_for_status(status, detail, "group_end")
+
+
+class group:
+    """`with chorus.group(): ...` runs group_start() and, on the way out (also after an
+    exception, which then propagates), group_end()."""
+
+    def __enter__(self):
+        group_start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            group_end()
+            return False
+        try:
+            group_end()
+        except Exception:  # the body's exception is the one to report
+            pass
+        return False
+
+
+def _note_group_call(comm, keepalive=None, record=None):
+    """Books a call made while this thread's group is open."""
+    if comm not in _group.comms:
+        _group.comms.append(comm)
+    if keepalive is not None:
+        _group.keepalive.append(keepalive)
+    if record is not None:
+        record.deferred = threading.get_ident()
+        record.posted.clear()
+        _group.records.append(record)
 
 
 def _op_code(op):
@@ -91,15 +178,23 @@ class UniqueId:
 class _InFlight:
     """One posted non-blocking operation: the C request and the buffers it uses."""
 
-    __slots__ = ("handle", "keepalive", "status", "error", "operation", "lock")
+    __slots__ = ("handle", "keepalive", "status", "error", "operation", "lock", "is_recv", "info",
+                 "deferred", "posted")
 
-    def __init__(self, handle, keepalive, operation):
+    def __init__(self, handle, keepalive, operation, is_recv=False):
         self.handle = handle  # int address of the chorus_req_t, None once freed
         self.keepalive = keepalive
         self.status = None  # final chorus_status_t once known
         self.error = ""  # the library's sentence when status < 0
         self.operation = operation
         self.lock = threading.Lock()
+        self.is_recv = is_recv  # a receive: its MessageInfo is read before the request is freed
+        self.info = None  # MessageInfo of a completed receive
+        # Posted in a group still open: the id of the thread whose group_end posts it (None
+        # otherwise); `posted` is set once it is posted.
+        self.deferred = None
+        self.posted = threading.Event()
+        self.posted.set()
 
 
 class Request:
@@ -113,6 +208,8 @@ class Request:
 
     def test(self):
         record = self._record
+        if record.deferred is not None:  # its group is still open: nothing has run
+            return False
         with record.lock:
             if record.status is None:
                 self._comm._test_record(record)
@@ -124,6 +221,7 @@ class Request:
 
     def wait(self):
         record = self._record
+        self._comm._await_posting(record)
         with record.lock:
             if record.status is None:
                 self._comm._wait_record(record)
@@ -139,6 +237,12 @@ class Request:
     def result(self):
         """The output object (valid once the request completed)."""
         return self._result
+
+    @property
+    def info(self):
+        """For a receive that completed (also with TruncationError or MismatchError): a
+        MessageInfo(source, tag, count); None before, and for other operations."""
+        return self._record.info
 
     def _raise_if_failed(self, status):
         if status < 0:
@@ -381,17 +485,35 @@ class Communicator:
         """Returns once every rank has entered the barrier."""
         return self._run("barrier", (), (), None, async_op)
 
-    def send(self, buffer, peer, *, dtype=None, async_op=False):
-        """Sends buffer to rank `peer` (matched in order by its recv)."""
+    def send(self, buffer, peer, *, tag=0, dtype=None, async_op=False):
+        """Sends buffer to rank `peer` with `tag` (0..chorus.TAG_MAX). Messages to one peer
+        with one tag are received in the order sent."""
         send = as_buffer(buffer, dtype=dtype, what="send buffer")
-        args = (send.address, send.count, send.dtype_code, int(peer))
-        return self._run("send", args, (send,), None, async_op)
+        args = (send.address, send.count, send.dtype_code, int(peer), int(tag))
+        return self._run("send_tag", args, (send,), None, async_op, "send")
 
-    def recv(self, out, peer, *, dtype=None, async_op=False):
-        """Receives exactly out's element count from rank `peer` into out; returns out."""
+    def recv(self, out, peer=ANY_SOURCE, *, tag=0, dtype=None, async_op=False, with_info=False):
+        """Receives a message from rank `peer` (or chorus.ANY_SOURCE) with `tag` (or
+        chorus.ANY_TAG) into out, which may be larger than the message; returns out, or
+        (out, MessageInfo) with with_info=True. A longer message raises TruncationError (out
+        holds its first part), one of another dtype MismatchError. async_op=True returns a
+        Request whose .info is the MessageInfo once it completed."""
         recv = as_buffer(out, dtype=dtype, writable=True, what="recv out")
-        args = (recv.address, recv.count, recv.dtype_code, int(peer))
-        return self._run("recv", args, (recv,), out, async_op)
+        args = (recv.address, recv.count, recv.dtype_code, int(peer), int(tag))
+        if async_op:
+            record = self.post("recv_tag", args, (recv,), "recv", is_recv=True)
+            return Request(self, record, out)
+        if with_info and _group.depth:
+            raise python_side_error("CHORUS_ERR_INVALID_USAGE",
+                                    "recv(with_info=True) inside a group: its info is known only after "
+                                    "group_end; use async_op=True and the request's .info", "recv")
+        info = _lib.MsgInfoStruct(-1, -1, 0)
+        with self._lock:
+            status = _lib_handle.chorus_recv_tag(*args, self._live_handle(), ctypes.byref(info))
+            if _group.depth:
+                _note_group_call(self, keepalive=(recv,))
+            self._raise_for(status, "recv")
+        return (out, MessageInfo(info.source, info.tag, info.count)) if with_info else out
 
     def sendrecv(self, buffer, dst, out, src, *, dtype=None, async_op=False):
         """Sends buffer to dst and receives out from src at once; returns out."""
@@ -552,31 +674,39 @@ class Communicator:
 
     # ---- low-level posting, used by chorus.torch as well ----
 
-    def post(self, coll, args, keepalive, operation=None):
+    def post(self, coll, args, keepalive, operation=None, is_recv=False):
         """Posts the non-blocking chorus_i<coll>(*args, comm, &req) and returns its _InFlight
-        record. Posting is serialised per communicator so that posting order, which is
-        completion order, is well defined across threads."""
+        record. Posting is serialised per communicator so that posting order, which is the
+        collectives' completion order, is well defined across threads. is_recv: a receive,
+        whose MessageInfo the record keeps."""
         req = ctypes.c_void_p()
         fn = getattr(_lib_handle, "chorus_i" + coll)
         with self._lock:
             self._reap_orphans()
             status = fn(*args, self._live_handle(), ctypes.byref(req))
-            self._raise_for(status, coll)
-            record = _InFlight(req.value, keepalive, operation or coll)
+            self._raise_for(status, operation or coll)
+            record = _InFlight(req.value, keepalive, operation or coll, is_recv)
             with self._books_lock:
                 self._inflight.add(record)
+            if _group.depth:
+                _note_group_call(self, record=record)
         return record
 
     def wait_record(self, record):
         """Blocks (GIL released) until the record completes; returns its status and the
-        library's error sentence ("" on success)."""
+        library's error sentence ("" on success). A record posted in another thread's open
+        group is waited for once that group ends."""
+        self._await_posting(record)
         with record.lock:
             if record.status is None:
                 self._wait_record(record)
         return record.status, record.error
 
     def test_record(self, record):
-        """Returns (status, error) if the record completed, None if it is still running."""
+        """Returns (status, error) if the record completed, None if it is still running (or
+        not posted yet: its group is still open)."""
+        if record.deferred is not None:
+            return None
         with record.lock:
             if record.status is None:
                 self._test_record(record)
@@ -584,15 +714,30 @@ class Communicator:
                 return None
             return record.status, record.error
 
-    def _run(self, coll, args, keepalive, result, async_op):
+    def _run(self, coll, args, keepalive, result, async_op, operation=None):
         if async_op:
-            record = self.post(coll, args, keepalive)
+            record = self.post(coll, args, keepalive, operation)
             return Request(self, record, result)
         fn = getattr(_lib_handle, "chorus_" + coll)
         with self._lock:
             status = fn(*args, self._live_handle())
-            self._raise_for(status, coll)
+            if _group.depth:  # runs at group_end: its buffers must live until then
+                _note_group_call(self, keepalive=keepalive)
+            self._raise_for(status, operation or coll)
         return result
+
+    @staticmethod
+    def _await_posting(record):
+        """A record of a group still open: the thread that opened it must end it first (its
+        own wait is a usage error); any other thread waits until it does."""
+        owner = record.deferred
+        if owner is None:
+            return
+        if owner == threading.get_ident():
+            raise python_side_error("CHORUS_ERR_INVALID_USAGE",
+                                    "the request belongs to a group that is still open (call group_end first)",
+                                    record.operation)
+        record.posted.wait()
 
     def _wait_record(self, record):
         if record.handle is None:
@@ -623,6 +768,10 @@ class Communicator:
         with self._books_lock:
             if status < 0:
                 record.error = self._error_text()
+            if record.is_recv and record.handle is not None:
+                info = _lib.MsgInfoStruct(-1, -1, 0)
+                if _lib_handle.chorus_req_info(record.handle, ctypes.byref(info)) == 0:
+                    record.info = MessageInfo(info.source, info.tag, info.count)
             record.status = status
             if record.handle is not None:
                 _lib_handle.chorus_req_free(record.handle)

@@ -67,6 +67,10 @@ class InternalError(ChorusError):
     pass
 
 
+class TruncationError(ChorusError, ValueError):
+    """A message longer than its receive buffer (the buffer holds its first part)."""
+
+
 _CLASS_BY_STATUS_NAME = {
     "CHORUS_ERR_INVALID_ARG": InvalidArgumentError,
     "CHORUS_ERR_INVALID_USAGE": InvalidUsageError,
@@ -79,6 +83,7 @@ _CLASS_BY_STATUS_NAME = {
     "CHORUS_ERR_MISMATCH": MismatchError,
     "CHORUS_ERR_PROTOCOL": ProtocolError,
     "CHORUS_ERR_INTERNAL": InternalError,
+    "CHORUS_ERR_TRUNCATED": TruncationError,
 }
 
 

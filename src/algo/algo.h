@@ -83,6 +83,9 @@ typedef struct chorus_algo {
   /* Two-level algorithms: the name of inner engine i it can run ("rhd" of "hier/rhd"), NULL
    * past the last; the function is NULL when it takes none. */
   const char* (*sub_name)(size_t i);
+  /* 1: reads and writes a fused group operation's members where they are (task.segs) instead
+   * of the packed buffer in args, so the group need not pack and unpack them. */
+  int takes_segments;
 } chorus_algo_t;
 
 /* One item of CHORUS_ALGO for one collective: calls whose bytes (count x dtype size) lie in

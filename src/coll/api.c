@@ -17,6 +17,8 @@ static void normalise(chorus_coll_args_t* a) {
   if (a->coll == CH_COLL_BARRIER) a->dtype = CHORUS_UINT8;
 }
 
+/* Collectives are numbered per communicator; point-to-point messages per ordered pair (the
+ * number names a large message's rendezvous, match.h), receives per source for the log. */
 static void stamp_sequence(chorus_comm_t* comm, chorus_task_t* t) {
   const chorus_coll_args_t* a = &t->args;
   if (!chorus__coll_is_p2p(a->coll)) {
@@ -24,9 +26,10 @@ static void stamp_sequence(chorus_comm_t* comm, chorus_task_t* t) {
     return;
   }
   int dst = (a->coll == CH_COLL_RECV) ? -1 : a->root;
-  int src = (a->coll == CH_COLL_SEND) ? -1 : (a->coll == CH_COLL_RECV ? a->root : a->peer);
+  int has_src = a->coll != CH_COLL_SEND;
+  int src = a->coll == CH_COLL_RECV ? a->root : a->peer;
   if (dst >= 0) t->send_seq = comm->p2p_send_seq[dst]++;
-  if (src >= 0) t->recv_seq = comm->p2p_recv_seq[src]++;
+  if (has_src) t->recv_seq = src == CHORUS_ANY_SOURCE ? comm->p2p_any_seq++ : comm->p2p_recv_seq[src]++;
   t->seq = dst >= 0 ? t->send_seq : t->recv_seq;
 }
 
@@ -50,11 +53,23 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
   t->chunk_bytes = comm->chunk_bytes;
   t->blocking = blocking;
   t->internal = internal;
+  t->got_src = -1; /* no message matched yet */
 }
 
 /* Selects and prepares the algorithm, stamps the sequence numbers and queues t; a blocking call
  * also runs it to the end. comm->mu held. *queued says whether t went into the queue (if not,
  * its algorithm state is released here). */
+static chorus_status_t post(chorus_comm_t* comm, chorus_task_t* t, int* queued);
+
+chorus_status_t chorus__coll_post(chorus_comm_t* comm, chorus_task_t* t) {
+  int queued;
+  return post(comm, t, &queued);
+}
+
+void chorus__coll_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_coll_args_t* a) {
+  task_prepare(t, comm, a, 0, 0);
+}
+
 static chorus_status_t post(chorus_comm_t* comm, chorus_task_t* t, int* queued) {
   *queued = 0;
   chorus_status_t st = CHORUS_OK;
@@ -81,8 +96,15 @@ static chorus_status_t post(chorus_comm_t* comm, chorus_task_t* t, int* queued) 
   return st;
 }
 
+/* A message's source, tag and count, once a receive matched one. */
+static void fill_info(const chorus_task_t* t, chorus_msg_info_t* info) {
+  info->source = t->got_src;
+  info->tag = t->got_tag;
+  info->count = t->got_count;
+}
+
 static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int blocking, int internal,
-                                  chorus_req_t** out) {
+                                  chorus_req_t** out, chorus_msg_info_t* info) {
   /* A NULL, destroyed or never-created communicator: refused without touching its memory. */
   if (!chorus__live_check(comm, call_names[a.coll])) return CHORUS_ERR_INVALID_ARG;
   if (!blocking && !out) {
@@ -105,9 +127,11 @@ static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int
     CH_INFO(COLL, comm->rank, "%s", comm->last_error);
     return st;
   }
-  /* A blocking call's request lives exactly as long as the call: on this stack. */
+  /* A blocking call's request lives exactly as long as the call: on this stack. In a group,
+   * every call gets one on the heap, posted by chorus_group_end. */
+  int grouped = !internal && chorus__group_open();
   chorus_req_t on_stack, *req = &on_stack;
-  if (!blocking) req = __atomic_exchange_n(&comm->spare_req, NULL, __ATOMIC_ACQ_REL);
+  if (!blocking || grouped) req = __atomic_exchange_n(&comm->spare_req, NULL, __ATOMIC_ACQ_REL);
   if (req) memset(req, 0, sizeof(*req));
   else req = calloc(1, sizeof(*req));
   if (!req) {
@@ -115,10 +139,22 @@ static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int
     free(vec);
     return CHORUS_ERR_NO_MEMORY;
   }
+  if (grouped) {
+    task_prepare(&req->task, comm, &a, 0, 0);
+    st = chorus__group_add(comm, req, blocking, info);
+    pthread_mutex_unlock(&comm->mu);
+    if (st < 0) {
+      free(req);
+      return st;
+    }
+    if (!blocking) *out = req;
+    return CHORUS_OK;
+  }
   task_prepare(&req->task, comm, &a, blocking, internal);
   req->task.vec = vec; /* from here the task owns it: the engine frees it when the task ends */
   int queued;
   st = post(comm, &req->task, &queued);
+  if (blocking && info && req->task.got_src >= 0) fill_info(&req->task, info);
   pthread_mutex_unlock(&comm->mu);
   if (!queued) free(vec);
   if (blocking) return st;
@@ -131,18 +167,41 @@ static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int
 }
 
 static chorus_status_t start(chorus_comm_t* comm, chorus_coll_args_t a, int blocking, chorus_req_t** out) {
-  return start_call(comm, a, blocking, 0, out);
+  return start_call(comm, a, blocking, 0, out, NULL);
 }
 
 CHORUS_API chorus_status_t chorus_test(chorus_req_t* req, int* done) {
   if (!req || !done) return CHORUS_ERR_INVALID_ARG;
+  if (__atomic_load_n(&req->deferred, __ATOMIC_ACQUIRE)) { /* its group is still open */
+    *done = 0;
+    return CHORUS_INPROGRESS;
+  }
   *done = chorus__engine_test(req->task.comm, &req->task);
   return *done ? req->task.status : CHORUS_INPROGRESS;
 }
 
 CHORUS_API chorus_status_t chorus_wait(chorus_req_t* req) {
   if (!req) return CHORUS_ERR_INVALID_ARG;
+  if (__atomic_load_n(&req->deferred, __ATOMIC_ACQUIRE)) {
+    chorus_comm_t* comm = req->task.comm;
+    pthread_mutex_lock(&comm->mu);
+    chorus__comm_set_error(comm, "chorus_wait: the request belongs to a group that is still open (call "
+                           "chorus_group_end first)");
+    pthread_mutex_unlock(&comm->mu);
+    return CHORUS_ERR_INVALID_USAGE;
+  }
   return chorus__engine_wait(req->task.comm, &req->task);
+}
+
+CHORUS_API chorus_status_t chorus_req_info(chorus_req_t* req, chorus_msg_info_t* info) {
+  if (!req || !info) return CHORUS_ERR_INVALID_ARG;
+  chorus_coll_t c = req->task.args.coll;
+  if (c != CH_COLL_RECV && c != CH_COLL_SENDRECV) return CHORUS_ERR_INVALID_ARG;
+  chorus_status_t st = __atomic_load_n(&req->task.status, __ATOMIC_ACQUIRE);
+  if (st == CHORUS_INPROGRESS || __atomic_load_n(&req->deferred, __ATOMIC_ACQUIRE)) return CHORUS_INPROGRESS;
+  if (req->task.got_src < 0) return st < 0 ? st : CHORUS_ERR_INTERNAL;
+  fill_info(&req->task, info);
+  return CHORUS_OK;
 }
 
 CHORUS_API void chorus_req_free(chorus_req_t* req) {
@@ -154,6 +213,9 @@ CHORUS_API void chorus_req_free(chorus_req_t* req) {
 #define ARGS(coll_, send_, recv_, count_, dtype_, op_, root_) \
   (chorus_coll_args_t) { .coll = (coll_), .sendbuf = (send_), .recvbuf = (recv_), .count = (count_), \
                          .dtype = (dtype_), .op = (op_), .root = (root_) }
+#define P2P_ARGS(coll_, send_, recv_, count_, dtype_, peer_, tag_) \
+  (chorus_coll_args_t) { .coll = (coll_), .sendbuf = (send_), .recvbuf = (recv_), .count = (count_), \
+                         .dtype = (dtype_), .op = CHORUS_SUM, .root = (peer_), .tag = (tag_) }
 
 CHORUS_API chorus_status_t chorus_allreduce(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c) {
   return start(c, ARGS(CH_COLL_ALLREDUCE, s, r, n, dt, op, 0), 1, NULL);
@@ -210,16 +272,31 @@ CHORUS_API chorus_status_t chorus_ibarrier(chorus_comm_t* c, chorus_req_t** q) {
   return start(c, ARGS(CH_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0), 0, q);
 }
 CHORUS_API chorus_status_t chorus_send(const void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c) {
-  return start(c, ARGS(CH_COLL_SEND, b, NULL, n, dt, CHORUS_SUM, peer), 1, NULL);
+  return start(c, P2P_ARGS(CH_COLL_SEND, b, NULL, n, dt, peer, 0), 1, NULL);
 }
 CHORUS_API chorus_status_t chorus_isend(const void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c, chorus_req_t** q) {
-  return start(c, ARGS(CH_COLL_SEND, b, NULL, n, dt, CHORUS_SUM, peer), 0, q);
+  return start(c, P2P_ARGS(CH_COLL_SEND, b, NULL, n, dt, peer, 0), 0, q);
 }
 CHORUS_API chorus_status_t chorus_recv(void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c) {
-  return start(c, ARGS(CH_COLL_RECV, NULL, b, n, dt, CHORUS_SUM, peer), 1, NULL);
+  return start(c, P2P_ARGS(CH_COLL_RECV, NULL, b, n, dt, peer, 0), 1, NULL);
 }
 CHORUS_API chorus_status_t chorus_irecv(void* b, size_t n, chorus_dtype_t dt, int peer, chorus_comm_t* c, chorus_req_t** q) {
-  return start(c, ARGS(CH_COLL_RECV, NULL, b, n, dt, CHORUS_SUM, peer), 0, q);
+  return start(c, P2P_ARGS(CH_COLL_RECV, NULL, b, n, dt, peer, 0), 0, q);
+}
+CHORUS_API chorus_status_t chorus_send_tag(const void* b, size_t n, chorus_dtype_t dt, int peer, int tag, chorus_comm_t* c) {
+  return start(c, P2P_ARGS(CH_COLL_SEND, b, NULL, n, dt, peer, tag), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_isend_tag(const void* b, size_t n, chorus_dtype_t dt, int peer, int tag, chorus_comm_t* c,
+                                            chorus_req_t** q) {
+  return start(c, P2P_ARGS(CH_COLL_SEND, b, NULL, n, dt, peer, tag), 0, q);
+}
+CHORUS_API chorus_status_t chorus_recv_tag(void* b, size_t n, chorus_dtype_t dt, int peer, int tag, chorus_comm_t* c,
+                                           chorus_msg_info_t* info) {
+  return start_call(c, P2P_ARGS(CH_COLL_RECV, NULL, b, n, dt, peer, tag), 1, 0, NULL, info);
+}
+CHORUS_API chorus_status_t chorus_irecv_tag(void* b, size_t n, chorus_dtype_t dt, int peer, int tag, chorus_comm_t* c,
+                                            chorus_req_t** q) {
+  return start(c, P2P_ARGS(CH_COLL_RECV, NULL, b, n, dt, peer, tag), 0, q);
 }
 
 /* The variable-size calls: arrays as given, checked and copied by start_call. */
@@ -285,5 +362,5 @@ CHORUS_API chorus_status_t chorus_isendrecv(const void* s, size_t sn, int dst, v
 
 chorus_status_t chorus__sendrecv_internal(const void* s, size_t sn, int dst, void* r, size_t rn, int src,
                                           chorus_comm_t* c) {
-  return start_call(c, sendrecv_args(s, sn, dst, r, rn, src, CHORUS_UINT8), 1, 1, NULL);
+  return start_call(c, sendrecv_args(s, sn, dst, r, rn, src, CHORUS_UINT8), 1, 1, NULL, NULL);
 }

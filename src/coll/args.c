@@ -56,7 +56,8 @@ chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t
     return CHORUS_ERR_INVALID_ARG;
   }
   int peer_arg = a->coll == CH_COLL_SEND || a->coll == CH_COLL_RECV || a->coll == CH_COLL_SENDRECV;
-  if ((chorus__coll_rooted(a->coll) || peer_arg) && (a->root < 0 || a->root >= comm->nranks)) {
+  int any_ok = a->coll == CH_COLL_RECV && a->root == CHORUS_ANY_SOURCE;
+  if ((chorus__coll_rooted(a->coll) || peer_arg) && !any_ok && (a->root < 0 || a->root >= comm->nranks)) {
     chorus__comm_set_error(comm, "%s: %s %d is not a rank of this communicator of %d ranks", name,
                            peer_arg ? "peer" : "root", a->root, comm->nranks);
     return CHORUS_ERR_INVALID_ARG;
@@ -64,6 +65,13 @@ chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t
   if (a->coll == CH_COLL_SENDRECV && (a->peer < 0 || a->peer >= comm->nranks)) {
     chorus__comm_set_error(comm, "%s: source %d is not a rank of this communicator of %d ranks",
                            name, a->peer, comm->nranks);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  /* Receives may take any tag; sends need one. */
+  int any_tag_ok = a->coll == CH_COLL_RECV && a->tag == CHORUS_ANY_TAG;
+  if (peer_arg && !any_tag_ok && (a->tag < 0 || a->tag > CHORUS_TAG_MAX)) {
+    chorus__comm_set_error(comm, "%s: tag %d is not in 0..%d%s", name, a->tag, CHORUS_TAG_MAX,
+                           a->coll == CH_COLL_RECV ? " (or CHORUS_ANY_TAG)" : "");
     return CHORUS_ERR_INVALID_ARG;
   }
   size_t max_count = SIZE_MAX / esize / (size_t)comm->nranks / 2;

@@ -20,4 +20,19 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
 chorus_status_t chorus__sendrecv_internal(const void* sendbuf, size_t bytes, int dst, void* recvbuf,
                                           size_t recvbytes, int src, chorus_comm_t* comm);
 
+/* Posts a task prepared with chorus__coll_prepare (non-blocking: it runs in the background),
+ * as any call does: select, init, stamp, queue. comm->mu held. */
+void chorus__coll_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_coll_args_t* a);
+chorus_status_t chorus__coll_post(chorus_comm_t* comm, chorus_task_t* t);
+
+/* ---- groups (group.c) ---- */
+/* 1 while the calling thread has a group open (chorus_group_start). */
+int chorus__group_open(void);
+/* 1 when the calling thread's open group holds calls on comm. */
+int chorus__group_holds(const chorus_comm_t* comm);
+/* Gathers a call made in an open group: req (prepared, not posted) is posted by
+ * chorus_group_end; a blocking call's status (and info, for a receive) is delivered then.
+ * comm->mu held. */
+chorus_status_t chorus__group_add(chorus_comm_t* comm, chorus_req_t* req, int blocking, chorus_msg_info_t* info);
+
 #endif /* CHORUS_COLL_H */

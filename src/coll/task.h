@@ -79,9 +79,10 @@ typedef struct {
   chorus_dtype_t dtype;
   chorus_op_t op;
   /* broadcast/reduce/gather/scatter/gatherv/scatterv: root; send, sendrecv: destination; recv:
-   * source */
+   * source (or CHORUS_ANY_SOURCE) */
   int root;
   int peer; /* sendrecv: source */
+  int tag;  /* send, recv, sendrecv: the message tag (recv: or CHORUS_ANY_TAG) */
   /* Variable-size calls: per-rank counts and displacements, in elements, indexed by rank
    * (allgatherv, gatherv: recvcounts, rdispls; reduce_scatterv: recvcounts, rdispls = their
    * prefix sums, where the input blocks lie; scatterv: sendcounts, sdispls; alltoallv: all
@@ -95,11 +96,23 @@ typedef struct {
   /* allgatherv, reduce_scatterv: a hash of recvcounts, which every rank sees whole: their
    * frames carry it, so ranks that disagree on any count fail with ERR_MISMATCH. */
   uint64_t vsig;
+  /* A collective fused from a group's calls (coll/group.c): a hash of the group's shape (its
+   * calls' kinds and counts), 0 otherwise. Part of the signature, in place of the root of the
+   * collectives that have none, so that ranks whose groups differ get ERR_MISMATCH. */
+  uint32_t shape;
 } chorus_coll_args_t;
 
 struct chorus_comm;
 struct chorus_algo;
 struct chorus_req;
+
+/* One member of a fused group operation (coll/group.c): elements [off, off + count) of the
+ * fused vector are this call's own buffers. */
+typedef struct {
+  const void* send;
+  void* recv;
+  size_t off, count;
+} chorus_seg_t;
 
 /* Words of an operation's signature: sequence number + 1, kind|dtype|op|root, count, algorithm
  * hash, recvcount|variant. */
@@ -139,17 +152,45 @@ typedef struct chorus_task {
   uint64_t sig[CHORUS_SIG_WORDS];
   unsigned polls; /* flag polls that found nothing new (mismatch checks are spaced out) */
 
+  /* Point-to-point results, set by the algorithm when it completes: the message received
+   * (source, tag, elements), and local_fail when the task failed alone (a truncated message, a
+   * dtype mismatch): the engine then ends it without breaking the communicator. */
+  int got_src, got_tag;
+  size_t got_count;
+  int local_fail;
+
+  /* Called by the engine when the task starts (a fused group operation packs its members'
+   * inputs then, so they are still in cache when it runs), and when it ends, before its status
+   * is published (the fused operation unpacks its result and completes its members'
+   * requests). mu held. */
+  /* A fused allreduce's members, in order, covering [0, args.count) without gaps (none of
+   * zero count); NULL otherwise. Only an algorithm with takes_segments reads them. */
+  const chorus_seg_t* segs;
+  size_t nsegs;
+  void (*on_start)(struct chorus_task* t);
+  void (*on_done)(struct chorus_task* t, chorus_status_t st);
+  void* on_done_arg;
+
   /* Engine bookkeeping (src/core/progress.c); algorithms do not touch these. */
   chorus_status_t status;    /* INPROGRESS until the task ends */
-  struct chorus_task* next;  /* queue link */
+  struct chorus_task* next;  /* queue link (collectives), list link (point-to-point) */
+  struct chorus_task* prev;
   struct chorus_req* req;    /* the request that reports completion */
   uint64_t post_ns;          /* when posted */
   uint64_t start_ns;         /* when the algorithm started */
   uint64_t last_progress_ns; /* last time any of its transfers moved */
   int blocking;              /* posted by a blocking call */
+  int caller_drives;         /* posted by chorus_group_end, whose caller drives it: the
+                                background thread is not woken for it */
   int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */
   void* vec;                 /* the copies args' count and displacement arrays point into */
   uint64_t rec_index;        /* its entry in the flight recorder */
 } chorus_task_t;
+
+/* The header's and signature's root field: the root, or for a fused collective without one,
+ * its group shape. */
+static inline int32_t chorus__task_root_word(const chorus_task_t* t) {
+  return chorus__coll_rooted(t->args.coll) ? t->args.root : (int32_t)t->args.shape;
+}
 
 #endif /* CHORUS_TASK_H */

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "coll/coll.h"
 #include "core/clock.h"
 #include "core/live.h"
 #include "core/log.h"
@@ -144,13 +145,15 @@ static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, ch
 chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg) {
   chorus__log_init();
   char err[300] = "";
-  enum { NINT = 10 };
+  enum { NINT = 13 };
   int64_t v[NINT];
   static const chorus_param_id_t ids[NINT] = {CHORUS_PARAM_TIMEOUT_SEC, CHORUS_PARAM_CONNECT_TIMEOUT_SEC,
                                               CHORUS_PARAM_RETRY_COUNT, CHORUS_PARAM_NSOCKS_PER_PEER,
                                               CHORUS_PARAM_SPIN_US,     CHORUS_PARAM_BUFF_SIZE,
                                               CHORUS_PARAM_SHM_DISABLE, CHORUS_PARAM_SHM_BUFF_SIZE,
-                                              CHORUS_PARAM_SHM_SLOT_SIZE, CHORUS_PARAM_SHM_STREAM_BYTES};
+                                              CHORUS_PARAM_SHM_SLOT_SIZE, CHORUS_PARAM_SHM_STREAM_BYTES,
+                                              CHORUS_PARAM_P2P_EAGER_BYTES, CHORUS_PARAM_P2P_UNEXPECTED_BYTES,
+                                              CHORUS_PARAM_GROUP_FUSE_BYTES};
   for (int i = 0; i < NINT; i++) {
     chorus_status_t st = chorus__param_int(ids[i], &v[i], err, sizeof(err));
     if (st < 0) {
@@ -169,6 +172,9 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->shm_ring_bytes = ((size_t)v[7] + 63) & ~(size_t)63;
   comm->shm_slot_bytes = ((size_t)v[8] + 4095) & ~(size_t)4095;
   comm->shm_stream_bytes = (size_t)v[9];
+  comm->p2p_eager_bytes = (size_t)v[10];
+  comm->p2p_unexpected_bytes = (size_t)v[11];
+  comm->group_fuse_bytes = (size_t)v[12];
   if (cfg) {
     if (cfg->size < sizeof(size_t) + sizeof(unsigned) || cfg->version / 10000 != CHORUS_VERSION_MAJOR) {
       chorus__comm_set_error(comm, "chorus_config_t was not initialised with CHORUS_CONFIG_INIT");
@@ -209,6 +215,7 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank) {
   comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
   pthread_mutex_init(&comm->mu, NULL);
   pthread_cond_init(&comm->cv, NULL);
+  pthread_cond_init(&comm->bg_cv, NULL);
   *out = comm;
   if (!comm->p2p_send_seq || !comm->p2p_recv_seq || chorus__trace_comm_init(comm) < 0 ||
       chorus__live_add(comm) < 0) {
@@ -229,6 +236,7 @@ void chorus__comm_free(chorus_comm_t* comm) {
   free(comm->spare_req);
   pthread_mutex_destroy(&comm->mu);
   pthread_cond_destroy(&comm->cv);
+  pthread_cond_destroy(&comm->bg_cv);
   free(comm);
 }
 
@@ -279,6 +287,7 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
   uint64_t deadline = chorus__now_ns() + (uint64_t)comm->connect_timeout_sec * CHORUS_NS_PER_SEC;
   chorus_status_t st = derive_topology(comm, infos);
   if (st >= 0) st = chorus__transport_create(&comm->tp, comm->rank, comm->nranks, comm->comm_id);
+  if (st >= 0) st = chorus__match_init(&comm->tp, comm->p2p_eager_bytes, comm->p2p_unexpected_bytes);
   if (st >= 0)
     st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->secret, deadline);
   if (st >= 0 && comm->shm_enabled)
@@ -304,6 +313,13 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
 
 CHORUS_API chorus_status_t chorus_comm_destroy(chorus_comm_t* comm) {
   if (!comm) return CHORUS_OK;
+  if (chorus__live_has(comm) && chorus__group_holds(comm)) {
+    pthread_mutex_lock(&comm->mu);
+    chorus__comm_set_error(comm, "chorus_comm_destroy: this thread's open group holds calls on the communicator "
+                           "(call chorus_group_end first)");
+    pthread_mutex_unlock(&comm->mu);
+    return CHORUS_ERR_INVALID_USAGE;
+  }
   /* Out of the live set first: a second destroy, or a call racing this one, is refused. */
   if (!chorus__live_remove(comm)) {
     chorus__live_check(comm, "chorus_comm_destroy");

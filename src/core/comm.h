@@ -19,6 +19,7 @@
 struct chorus_req {
   chorus_task_t task; /* a request is its task; freed when both the user and the engine are done */
   int user_released;  /* chorus_req_free was called */
+  int deferred;       /* atomic: a call of a group still open, posted by chorus_group_end */
   struct chorus_req *live_prev, *live_next; /* every request not yet freed, for destroy */
 };
 
@@ -44,6 +45,9 @@ struct chorus_comm {
   size_t shm_ring_bytes;
   size_t shm_slot_bytes;
   size_t shm_stream_bytes; /* outputs from this size on are written with streaming stores; 0: never */
+  size_t p2p_eager_bytes;      /* point-to-point messages up to this size go without rendezvous */
+  size_t p2p_unexpected_bytes; /* bound on buffered unexpected messages (match.h) */
+  size_t group_fuse_bytes;     /* largest fused group operation (coll/group.c); 0: none */
   char algo_spec[256];                                      /* CHORUS_ALGO as given */
   chorus_algo_rule_t rules[CH_COLL_COUNT][CHORUS_MAX_ALGO_RULES]; /* resolved per collective */
   int nrules[CH_COLL_COUNT];
@@ -54,8 +58,9 @@ struct chorus_comm {
   /* Engine. mu guards the queue, the role flags, the error state and posting (checks,
    * selection, sequence numbers): one lock per small blocking call, not two. */
   pthread_mutex_t mu;
-  pthread_cond_t cv;         /* task completed, role released, work posted */
-  chorus_task_t *head, *tail;
+  pthread_cond_t cv;         /* task completed, role released (threads waiting for either) */
+  chorus_task_t *head, *tail; /* collectives, run one at a time in posting order */
+  chorus_task_t *p2p_head, *p2p_tail; /* point-to-point operations, all in progress at once */
   chorus_req_t* live;        /* non-blocking requests not yet freed */
   chorus_req_t* spare_req;   /* atomic: one freed request kept for the next non-blocking call */
   struct {                   /* the last selection per collective, keyed by what decides it */
@@ -64,10 +69,14 @@ struct chorus_comm {
   } picked[CH_COLL_COUNT];
   int progressing;           /* a thread holds the right to drive progress */
   int cv_waiters;            /* threads waiting on cv: nobody to wake when 0 */
+  pthread_cond_t bg_cv;      /* the background thread waits here for work to take over */
+  int bg_waiting;            /* it does */
+  int bg_held;               /* threads in chorus__engine_hold_bg: do not wake it between waits */
   int sleeping;              /* that thread sleeps in epoll: posting must wake it */
   uint64_t next_seq;         /* collectives */
-  uint64_t* p2p_send_seq;    /* per peer */
-  uint64_t* p2p_recv_seq;
+  uint64_t* p2p_send_seq;    /* per peer: messages sent (the pair's message numbers) */
+  uint64_t* p2p_recv_seq;    /* per peer: receives posted (for the log and recorder) */
+  uint64_t p2p_any_seq;      /* receives posted from any source */
   uint64_t last_activity_ns; /* last time any transfer moved */
   /* For status answers after a timeout (conn.c): collectives posted and completed, and the
    * arguments of the last one posted. */
@@ -121,6 +130,15 @@ void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st);
 /* Waits for every queued task, then stops the background thread. */
 void chorus__engine_drain(chorus_comm_t* comm);
 void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
+/* hold = 1: a thread is about to wait for several tasks in a row (chorus_group_end), driving
+ * them itself: between two waits, the queued work stays with it rather than go to the
+ * background thread. hold = 0 ends that, handing what is left to the background thread. */
+void chorus__engine_hold_bg(chorus_comm_t* comm, int hold);
+/* For requests that complete without a task of their own (members of a fused group
+ * operation): attach puts req among the communicator's requests (freed by destroy if the user
+ * never does), complete ends it with st (freeing it if the user released it). mu held. */
+void chorus__engine_attach(chorus_comm_t* comm, chorus_req_t* req);
+void chorus__engine_complete(chorus_comm_t* comm, chorus_req_t* req, chorus_status_t st);
 
 
 /* For chorus-diag: the transport name used to reach `peer` ("self", "tcp") and its host id

@@ -17,7 +17,7 @@
 /* How long a rank that timed out waits for its peers' status frames. */
 #define VERDICT_WAIT_MS 1000
 
-static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
+static void fill_header(const chorus_task_t* t, chorus_xfer_t* x) {
   chorus_frame_hdr_t* h = &x->hdr;
   memset(h, 0, sizeof(*h));
   h->magic = CHORUS_FRAME_MAGIC;
@@ -25,21 +25,15 @@ static void fill_header(const chorus_task_t* t, chorus_xfer_t* x, int is_send) {
   h->comm_id = t->comm->comm_id;
   h->tag = x->tag;
   h->nbytes = x->nbytes;
-  h->seq = is_send ? t->send_seq : t->recv_seq;
+  h->seq = x->seq;
   h->dtype = (uint8_t)t->args.dtype;
-  if (chorus__coll_is_p2p(t->args.coll)) {
-    /* Point-to-point: both directions carry the message's own element count. */
-    h->coll = CH_COLL_SEND;
-    h->count = t->dtype_size ? x->nbytes / t->dtype_size : 0;
-  } else {
-    h->coll = (uint8_t)t->args.coll;
-    h->op = (uint8_t)t->args.op;
-    h->root = t->args.root;
-    /* allgatherv, reduce_scatterv: what every rank must agree on is the whole counts vector
-     * (frame.h); the other variable-size calls give each frame's word when they post it. */
-    int whole_vector = t->args.coll == CH_COLL_ALLGATHERV || t->args.coll == CH_COLL_REDUCE_SCATTERV;
-    h->count = whole_vector ? t->args.vsig : t->args.count;
-  }
+  h->coll = (uint8_t)t->args.coll;
+  h->op = (uint8_t)t->args.op;
+  h->root = chorus__task_root_word(t);
+  /* allgatherv, reduce_scatterv: what every rank must agree on is the whole counts vector
+   * (frame.h); the other variable-size calls give each frame's word when they post it. */
+  int whole_vector = t->args.coll == CH_COLL_ALLGATHERV || t->args.coll == CH_COLL_REDUCE_SCATTERV;
+  h->count = whole_vector ? t->args.vsig : t->args.count;
 }
 
 static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes, uint32_t tag,
@@ -49,12 +43,12 @@ static chorus_status_t post(chorus_task_t* t, int peer, void* buf, size_t nbytes
   memset(x, 0, sizeof(*x));
   x->task = t;
   x->buf = buf;
-  x->nbytes = nbytes;
+  x->nbytes = x->wire_bytes = nbytes;
   x->tag = tag;
   x->peer = peer;
   x->is_send = is_send;
-  x->seq = is_send ? t->send_seq : t->recv_seq;
-  fill_header(t, x, is_send);
+  x->seq = t->seq;
+  fill_header(t, x);
   if (word) x->hdr.count = *word;
   if (tp->peers[peer].is_self) return chorus__self_post(tp, x);
   return chorus__stream_post(tp, x);
@@ -73,6 +67,44 @@ chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t
 chorus_status_t chorus__conn_post_word(chorus_task_t* t, int is_send, int peer, void* buf, size_t nbytes,
                                        uint32_t tag, uint64_t word, chorus_xfer_t* x) {
   return post(t, peer, buf, nbytes, tag, x, is_send, &word);
+}
+
+/* A point-to-point transfer: its header carries the message itself (count and dtype of the
+ * message, the user's tag, the pair's message number); match.c decides the frame kind. */
+static void p2p_prepare(chorus_task_t* t, int peer, void* buf, size_t nbytes, int tag, chorus_xfer_t* x,
+                        int is_send) {
+  memset(x, 0, sizeof(*x));
+  x->task = t;
+  x->buf = buf;
+  x->nbytes = nbytes;
+  x->peer = peer;
+  x->is_send = is_send;
+  x->p2p = 1;
+  x->any_tag = tag == CHORUS_ANY_TAG;
+  x->tag = x->any_tag ? 0 : (uint32_t)tag;
+  x->seq = is_send ? t->send_seq : t->recv_seq;
+  chorus_frame_hdr_t* h = &x->hdr;
+  h->magic = CHORUS_FRAME_MAGIC;
+  h->version = CHORUS_PROTO_VERSION;
+  h->comm_id = t->comm->comm_id;
+  h->coll = CHORUS_FRAME_MSG;
+  h->dtype = (uint8_t)t->args.dtype;
+  h->tag = x->tag;
+  h->seq = x->seq;
+  h->nbytes = nbytes;
+  h->count = t->dtype_size ? nbytes / t->dtype_size : 0;
+}
+
+chorus_status_t chorus__conn_p2p_send(chorus_task_t* t, int peer, const void* buf, size_t nbytes, int tag,
+                                      chorus_xfer_t* x) {
+  p2p_prepare(t, peer, (void*)buf, nbytes, tag, x, 1);
+  return chorus__match_post_send(&t->comm->tp, x);
+}
+
+chorus_status_t chorus__conn_p2p_recv(chorus_task_t* t, int peer, void* buf, size_t capacity, int tag,
+                                      chorus_xfer_t* x) {
+  p2p_prepare(t, peer, buf, capacity, tag, x, 0);
+  return chorus__match_post_recv(&t->comm->tp, x);
 }
 
 /* ---- self transport: a send and a receive to oneself meet in two queues ---- */
@@ -105,14 +137,16 @@ chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x) {
 
 void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outlen) {
   const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
-  if (h->coll == CH_COLL_SEND) {
-    snprintf(out, outlen, "point-to-point message #%llu (%llu x %.15s, tag %u, %llu bytes)",
+  if (h->coll == CHORUS_FRAME_MSG || h->coll == CHORUS_FRAME_RTS || h->coll == CHORUS_FRAME_DATA) {
+    snprintf(out, outlen, "point-to-point message%s #%llu (%llu x %.15s, tag %u, %llu bytes)",
+             h->coll == CHORUS_FRAME_RTS ? " offer" : h->coll == CHORUS_FRAME_DATA ? " data" : "",
              (unsigned long long)h->seq, (unsigned long long)h->count, dt ? dt : "?", h->tag,
              (unsigned long long)h->nbytes);
     return;
   }
   const char* op = chorus_op_name((chorus_op_t)h->op);
-  /* The count word of the variable-size calls (frame.h) says what it is. */
+  /* The count word of the variable-size calls (frame.h) says what it is; collectives without a
+   * root carry a fused group's shape there (task.h). */
   char count[40];
   if (h->coll == CH_COLL_ALLGATHERV || h->coll == CH_COLL_REDUCE_SCATTERV)
     snprintf(count, sizeof(count), "counts hash %016llx", (unsigned long long)h->count);
@@ -120,9 +154,10 @@ void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outle
     snprintf(count, sizeof(count), "%llu expected back", (unsigned long long)h->count);
   else
     snprintf(count, sizeof(count), "count %llu", (unsigned long long)h->count);
-  snprintf(out, outlen, "%.15s #%llu (%s, %.15s, %.15s, root %d, tag %u, %llu bytes)",
+  int shape = !chorus__coll_rooted((chorus_coll_t)h->coll) && h->root != 0;
+  snprintf(out, outlen, "%.15s #%llu (%s, %.15s, %.15s, %s %d, tag %u, %llu bytes)",
            chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq, count, dt ? dt : "?",
-           op ? op : "?", h->root, h->tag, (unsigned long long)h->nbytes);
+           op ? op : "?", shape ? "group" : "root", h->root, h->tag, (unsigned long long)h->nbytes);
 }
 
 chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
@@ -246,7 +281,8 @@ static void signature_of(const chorus_task_t* t, uint64_t sig[CHORUS_SIG_WORDS])
   uint64_t algo_hash = 1469598103934665603ull;
   for (const char* c = t->algo ? t->algo->name : ""; *c; c++) algo_hash = (algo_hash ^ (uint8_t)*c) * 1099511628211ull;
   sig[0] = t->seq + 1; /* 0 means "nothing published yet" */
-  sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 | (uint64_t)(uint32_t)a->root << 32;
+  sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 |
+           (uint64_t)(uint32_t)chorus__task_root_word(t) << 32;
   sig[2] = a->count;
   sig[3] = algo_hash;
   /* Variable-size calls: the counts hash that every rank must agree on (allgatherv,
@@ -440,7 +476,7 @@ static void own_status(chorus_comm_t* comm, chorus_frame_hdr_t* h) {
   h->magic = CHORUS_FRAME_STATUS_MAGIC;
   h->version = CHORUS_PROTO_VERSION;
   h->comm_id = comm->comm_id;
-  h->tag = (uint32_t)comm->rank | (comm->head ? CHORUS_STATUS_IN_CALL : 0);
+  h->tag = (uint32_t)comm->rank | (comm->head || comm->p2p_head ? CHORUS_STATUS_IN_CALL : 0);
   h->seq = comm->coll_posted;
   h->nbytes = comm->coll_done;
   if (comm->coll_posted) {
@@ -748,9 +784,10 @@ void chorus__conn_describe_give_up(const chorus_transport_t* tp, char* out, size
   if (CHORUS_GAVE_UP_STATUS(h->nbytes) == CHORUS_ERR_MISMATCH && h->seq) { /* its call, as it ran it */
     const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
     const char* op = chorus_op_name((chorus_op_t)h->op);
-    cat(out, &len, outlen, "mismatched calls: rank %d (host %s) runs %s #%llu (count %llu, %s, %s) and gave up", from,
-        tp->peers[from].host, coll, (unsigned long long)(h->seq - 1), (unsigned long long)h->count, dt ? dt : "?",
-        op ? op : "?");
+    char count[32] = ""; /* a variable-size call's frames carry a word of their own there */
+    if (!chorus__coll_is_v((chorus_coll_t)h->coll)) snprintf(count, sizeof(count), "count %llu, ", (unsigned long long)h->count);
+    cat(out, &len, outlen, "mismatched calls: rank %d (host %s) runs %s #%llu (%s%s, %s) and gave up", from,
+        tp->peers[from].host, coll, (unsigned long long)(h->seq - 1), count, dt ? dt : "?", op ? op : "?");
   } else {
     cat(out, &len, outlen, "rank %d (host %s) gave up", from, tp->peers[from].host);
     if (h->seq) cat(out, &len, outlen, " on %s #%llu", coll, (unsigned long long)(h->seq - 1));

@@ -24,20 +24,26 @@
 
 typedef struct chorus_xfer {
   /* Transport-private fields; zero-initialise (or let post overwrite) before posting. */
-  struct chorus_xfer* next;
+  struct chorus_xfer *next, *prev; /* point-to-point: the list the transfer waits in (match.c) */
   struct chorus_task* task;
   char* buf;
-  size_t nbytes;
-  size_t done_bytes;
+  size_t nbytes;     /* bytes sent; a point-to-point receive's capacity */
+  size_t wire_bytes; /* payload bytes of the frame being sent: nbytes, or 0 for an RTS */
   uint64_t seq;
   uint32_t tag;
   int peer;
   int is_send;
-  int hdr_done;     /* send: header written; recv: header read and checked */
-  size_t hdr_off;   /* send: header bytes written so far */
   int nparts;       /* >1 when striped over several sockets */
   int parts_done;
   chorus_frame_hdr_t hdr; /* send: the header to write; recv: the header expected */
+  /* Point-to-point (match.c): matched by source and tag, not in stream order. */
+  int p2p;
+  int any_tag;       /* receive: any tag (peer is CHORUS_ANY_SOURCE for any source) */
+  int rdv;           /* send: 0 eager (one MSG frame), 1 RTS out and waiting for CTS, 2 DATA */
+  int got_src;       /* receive, once matched: the message's source, tag and bytes, and */
+  uint32_t got_tag;  /* xst: OK, ERR_TRUNCATED (longer than nbytes: the first nbytes kept) */
+  size_t got_bytes;  /* or ERR_MISMATCH (another dtype: nothing kept) */
+  chorus_status_t xst;
   volatile int done; /* set to 1 by the transport when the transfer completed */
 } chorus_xfer_t;
 
@@ -51,6 +57,14 @@ chorus_status_t chorus__conn_irecv(chorus_task_t* t, int peer, void* buf, size_t
  * (alltoallv, gatherv and scatterv say per message what they are; frame.h). */
 chorus_status_t chorus__conn_post_word(chorus_task_t* t, int is_send, int peer, void* buf, size_t nbytes,
                                        uint32_t tag, uint64_t word, chorus_xfer_t* x);
+/* Point-to-point messages of the user's calls: matched on the receiving side by source and tag
+ * (in order within a tag), independently of collectives and of each other. A receive takes
+ * peer = CHORUS_ANY_SOURCE and/or tag = CHORUS_ANY_TAG (chorus.h); capacity bytes. After done,
+ * x->got_* and x->xst say what arrived. */
+chorus_status_t chorus__conn_p2p_send(chorus_task_t* t, int peer, const void* buf, size_t nbytes,
+                                      int tag, chorus_xfer_t* x);
+chorus_status_t chorus__conn_p2p_recv(chorus_task_t* t, int peer, void* buf, size_t capacity,
+                                      int tag, chorus_xfer_t* x);
 
 static inline int chorus__xfer_done(const chorus_xfer_t* x) {
   return __atomic_load_n(&x->done, __ATOMIC_ACQUIRE);

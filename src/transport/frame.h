@@ -50,6 +50,20 @@
    (uint64_t)((origin) >= 0 && (origin) < 0xffff ? (origin) + 1 : 0) << 16 | (uint64_t)(uint32_t)(stood_ms) << 32)
 #define CHORUS_PROTO_VERSION 1
 
+/* Point-to-point frames (match.c) are told from collective frames by their kind (`coll`):
+ * collectives use their chorus_coll_t (below CHORUS_FRAME_MSG); a point-to-point message is
+ * either one MSG frame (header and payload: small messages), or an RTS frame (header only: "a
+ * message of nbytes waits") answered by a CTS control frame from the receiver once it has
+ * matched a receive, and then a DATA frame with the payload (large messages: they never wait
+ * in the receiver's memory). seq is the sender's message number for the pair (DATA and CTS
+ * name the RTS they follow by it), tag the user's tag, count and dtype the message's. */
+#define CHORUS_FRAME_MSG 9   /* = CH_COLL_SEND, the kind every point-to-point frame had */
+#define CHORUS_FRAME_RTS 32
+#define CHORUS_FRAME_DATA 33
+/* Clear to send: the receiver of an RTS (seq = its message number) is ready for the DATA.
+ * Written between data frames of a stream, like the status frames of a TCP stream. */
+#define CHORUS_FRAME_CTS_MAGIC 0x43484354u /* "CHCT" */
+
 typedef struct {
   uint32_t magic;
   uint8_t version;

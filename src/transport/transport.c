@@ -44,6 +44,7 @@ chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int n
   epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wakefd, &ev);
   tp->peers[rank].is_self = 1;
   tp->gave_up_from = -1;
+  tp->err_peer = -1;
   return CHORUS_OK;
 }
 
@@ -75,11 +76,15 @@ static void collect_events(chorus_transport_t* tp, int timeout_ms);
 
 /* ---- data path ---- */
 
-/* Byte range of part `i` of a transfer cut into `n` parts. */
-static void part_range(size_t nbytes, int n, int i, size_t* off, size_t* len) {
+void chorus__part_range(size_t nbytes, int n, int i, size_t* off, size_t* len) {
   size_t base = nbytes / (size_t)n, rem = nbytes % (size_t)n;
   *off = (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
   *len = base + ((size_t)i < rem ? 1 : 0);
+}
+
+/* The part of x that stream s carries. */
+static void stream_part(const chorus_stream_t* s, const chorus_xfer_t* x, size_t nbytes, size_t* off, size_t* len) {
+  chorus__part_range(nbytes, x->nparts, x->nparts > 1 ? s->index : 0, off, len);
 }
 
 static void part_done(chorus_xfer_t* x) {
@@ -95,12 +100,16 @@ static chorus_status_t stream_error(chorus_transport_t* tp, const chorus_stream_
            s->is_shm ? "shared-memory" : "TCP", s->peer, p->host, p->addr,
            closed ? "was closed by the peer (it exited or failed)" : what, closed ? "" : ": ",
            closed ? "" : strerror(err));
+  tp->err_peer = s->peer;
   return remote ? CHORUS_ERR_REMOTE : CHORUS_ERR_SYSTEM;
 }
 
-/* ---- control frames: written on the TCP socket, between data frames of a TCP stream ---- */
+/* ---- control frames: status frames on the TCP socket (between data frames of a TCP stream),
+ * CTS frames in the stream itself (between data frames) ---- */
 
-static int tx_at_boundary(const chorus_stream_t* s) { return s->is_shm || (!s->tx_hdr_off && !s->tx_off); }
+static int data_boundary(const chorus_stream_t* s) { return !s->tx_hdr_off && !s->tx_off; }
+static int tx_at_boundary(const chorus_stream_t* s) { return s->is_shm || (data_boundary(s) && !s->cts_off); }
+static int cts_writable(const chorus_stream_t* s) { return data_boundary(s) && (s->is_shm || !s->ctl_off); }
 
 /* Writes queued control frames. A failure only marks the peer closed: the data path, if it
  * needs the peer, reports the error; control frames alone never fail an operation. */
@@ -123,16 +132,57 @@ static void ctl_flush(chorus_stream_t* s) {
   }
 }
 
+static chorus_status_t cts_flush(chorus_transport_t* tp, chorus_stream_t* s) {
+  while (s->cts_count && cts_writable(s)) {
+    if (!s->cts_off) {
+      memset(&s->cts_hdr, 0, sizeof(s->cts_hdr));
+      s->cts_hdr.magic = CHORUS_FRAME_CTS_MAGIC;
+      s->cts_hdr.version = CHORUS_PROTO_VERSION;
+      s->cts_hdr.comm_id = tp->comm_id;
+      s->cts_hdr.seq = s->cts[s->cts_head];
+    }
+    struct iovec iov = {(char*)&s->cts_hdr + s->cts_off, sizeof(s->cts_hdr) - s->cts_off};
+    ssize_t n = stream_writev(tp, s, &iov, 1);
+    if (n < 0) return stream_error(tp, s, "failed while sending", (int)-n);
+    if (n == 0) return CHORUS_OK;
+    s->cts_off += (size_t)n;
+    if (s->cts_off < sizeof(s->cts_hdr)) continue;
+    s->cts_off = 0;
+    s->cts_head = (s->cts_head + 1) % s->cts_cap;
+    s->cts_count--;
+  }
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__stream_queue_cts(chorus_transport_t* tp, int peer, uint64_t seq) {
+  chorus_stream_t* s = &tp->peers[peer].socks[0];
+  if (s->cts_count == s->cts_cap) {
+    size_t cap = s->cts_cap ? s->cts_cap * 2 : 8;
+    uint64_t* q = malloc(cap * sizeof(*q));
+    if (!q) return CHORUS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < s->cts_count; i++) q[i] = s->cts[(s->cts_head + i) % s->cts_cap];
+    free(s->cts);
+    s->cts = q;
+    s->cts_head = 0;
+    s->cts_cap = cap;
+  }
+  s->cts[(s->cts_head + s->cts_count) % s->cts_cap] = seq;
+  s->cts_count++;
+  return cts_flush(tp, s);
+}
+
 static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
   chorus_xfer_t* x;
   for (;;) {
-    if (s->ctl_count && !s->is_shm && tx_at_boundary(s)) {
-      ctl_flush(s);
-      if (s->ctl_off) return CHORUS_OK; /* half a control frame out: data must wait */
+    if (data_boundary(s)) {
+      if (s->ctl_count && !s->is_shm) ctl_flush(s);
+      chorus_status_t st = s->cts_count ? cts_flush(tp, s) : CHORUS_OK;
+      if (st < 0) return st;
+      if ((s->ctl_off && !s->is_shm) || s->cts_off) return CHORUS_OK; /* half a control frame out: data must wait */
     }
     if ((x = chorus__xq_head(&s->sendq)) == NULL) break;
     size_t off, len;
-    part_range(x->nbytes, x->nparts, x->nparts > 1 ? s->index : 0, &off, &len);
+    stream_part(s, x, x->wire_bytes, &off, &len);
     struct iovec iov[2];
     int niov = 0;
     if (s->tx_hdr_off < sizeof(x->hdr))
@@ -149,7 +199,8 @@ static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, i
     if (s->tx_hdr_off < sizeof(x->hdr) || s->tx_off < len) continue;
     chorus__xq_pop(&s->sendq);
     s->tx_hdr_off = s->tx_off = 0;
-    part_done(x);
+    if (x->rdv == 1) chorus__match_rts_sent(tp, x); /* the header was the whole frame */
+    else part_done(x);
   }
   return CHORUS_OK;
 }
@@ -158,7 +209,7 @@ static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, i
  * reports the mismatch too. Best effort, and only at a frame boundary of this stream, where a
  * header cannot cut into a frame already on its way. */
 static void send_abort(chorus_transport_t* tp, chorus_stream_t* s, const chorus_frame_hdr_t* mine) {
-  if (s->tx_hdr_off || s->tx_off || s->ctl_off) return;
+  if (!data_boundary(s) || s->ctl_off || s->cts_off) return;
   chorus_frame_hdr_t abort_hdr = *mine;
   abort_hdr.magic = CHORUS_FRAME_ABORT_MAGIC;
   struct iovec iov = {&abort_hdr, sizeof(abort_hdr)};
@@ -174,6 +225,7 @@ static chorus_status_t handle_status(chorus_transport_t* tp, chorus_stream_t* s,
   if (why) {
     snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): a malformed status frame: %s", s->peer,
              tp->peers[s->peer].host, why);
+    tp->err_peer = s->peer;
     return CHORUS_ERR_PROTOCOL;
   }
   int subject = (int)(h->tag & CHORUS_STATUS_RANK_MASK), second = (h->tag & CHORUS_STATUS_SECONDHAND) != 0;
@@ -229,9 +281,20 @@ static void abort_as_give_up(chorus_transport_t* tp, const chorus_stream_t* s) {
   tp->status[s->peer].gave_up_hdr = g;
 }
 
-/* Reads the next frame header; status frames met on the way are handled and skipped, and so
- * are abort frames while no receive is posted. 1 when a data frame's header (or an abort frame
- * for the receive at the head) is complete in s->rx_hdr (possibly read earlier, before its
+/* A CTS from the stream's peer: its DATA may go. */
+static chorus_status_t handle_cts(chorus_transport_t* tp, chorus_stream_t* s, const chorus_frame_hdr_t* h) {
+  if (h->version != CHORUS_PROTO_VERSION || h->comm_id != tp->comm_id) {
+    snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): a CTS frame of another %s", s->peer,
+             tp->peers[s->peer].host, h->version != CHORUS_PROTO_VERSION ? "protocol version" : "communicator");
+    tp->err_peer = s->peer;
+    return CHORUS_ERR_PROTOCOL;
+  }
+  return chorus__match_cts(tp, s->peer, h);
+}
+
+/* Reads the next frame header; status and CTS frames met on the way are handled and skipped,
+ * and so are abort frames while no receive is posted. 1 when a data frame's header (or an abort
+ * frame for the receive at the head) is complete in s->rx_hdr (possibly read earlier, before its
  * receive was posted). */
 static int read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st) {
   for (;;) {
@@ -246,66 +309,236 @@ static int read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status
       s->rx_hdr_off = 0;
       continue;
     }
-    if (s->rx_hdr.magic != CHORUS_FRAME_STATUS_MAGIC) return 1;
+    uint32_t magic = s->rx_hdr.magic;
+    if (magic != CHORUS_FRAME_STATUS_MAGIC && magic != CHORUS_FRAME_CTS_MAGIC) return 1;
     s->rx_hdr_off = 0;
-    *st = handle_status(tp, s, &s->rx_hdr);
+    *st = magic == CHORUS_FRAME_CTS_MAGIC ? handle_cts(tp, s, &s->rx_hdr) : handle_status(tp, s, &s->rx_hdr);
     if (*st < 0) return 0;
   }
 }
 
-/* Reads and validates the header of the next frame. 1 when it is complete and matches. */
-static int recv_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t* x, chorus_status_t* st, int* moved) {
-  if (!read_header(tp, s, st)) return 0;
-  (*moved)++;
+static int is_p2p_frame(const chorus_frame_hdr_t* h) {
+  return h->magic == CHORUS_FRAME_MAGIC &&
+         (h->coll == CHORUS_FRAME_MSG || h->coll == CHORUS_FRAME_RTS || h->coll == CHORUS_FRAME_DATA);
+}
+
+/* A collective frame with its receive posted: checked against it, then routed into it. */
+static int route_to_receive(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t* x, chorus_status_t* st) {
   char why[CHORUS_FRAME_WHY_LEN];
   *st = chorus__frame_check(&s->rx_hdr, &x->hdr, why, sizeof(why));
   if (*st == CHORUS_ERR_MISMATCH && s->rx_hdr.magic == CHORUS_FRAME_MAGIC) send_abort(tp, s, &x->hdr);
   if (*st < 0) {
     snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): %s", s->peer, tp->peers[s->peer].host, why);
+    tp->err_peer = s->peer;
     return 0;
   }
-  s->rx_checked = 1;
+  size_t off, len;
+  stream_part(s, x, x->nbytes, &off, &len);
+  s->rx = (chorus_rx_route_t){x, NULL, x->buf + off, len, len};
   return 1;
 }
 
+/* A collective frame without its receive: left in the stream (read later straight into the
+ * receive), unless a frame this rank needs now may be behind it: a point-to-point frame it waits
+ * for from this peer (match.h), the status frame that answers its question after a timeout, or
+ * the give-up frame of a peer that closed its side. Then it is read ahead into library memory,
+ * within the unexpected-message bound. */
+static int route_ahead(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st) {
+  const chorus_frame_hdr_t* h = &s->rx_hdr;
+  chorus_match_t* m = &tp->match;
+  int wanted = chorus__match_wants(m, s->peer) || tp->gathering || tp->stalled || s->peer_closed;
+  if (h->magic != CHORUS_FRAME_MAGIC || !wanted) return 0;
+  if (h->version != CHORUS_PROTO_VERSION || h->comm_id != tp->comm_id || h->coll >= CH_COLL_SEND) {
+    char d[CHORUS_FRAME_DESC_LEN];
+    chorus__frame_describe(h, d, sizeof(d));
+    snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): a frame of another %s: %s", s->peer,
+             tp->peers[s->peer].host, h->coll >= CH_COLL_SEND ? "kind" : "communicator or version", d);
+    tp->err_peer = s->peer;
+    *st = CHORUS_ERR_PROTOCOL;
+    return 0;
+  }
+  size_t off, len;
+  int nparts = chorus__stream_nparts(tp, s->peer, h->nbytes);
+  chorus__part_range(h->nbytes, nparts, nparts > 1 ? s->index : 0, &off, &len);
+  if (m->unexp_bytes + len > m->unexp_limit) return 0;
+  chorus_unexp_t* u = chorus__unexp_new(m, s->peer, h, CHORUS_U_COLL, len);
+  if (!u) {
+    snprintf(tp->err, sizeof(tp->err), "out of memory reading ahead %zu bytes from rank %d", len, s->peer);
+    *st = CHORUS_ERR_NO_MEMORY;
+    return 0;
+  }
+  u->filling = 1;
+  u->prev = s->early_tail;
+  if (s->early_tail) s->early_tail->next = u;
+  else s->early_head = u;
+  s->early_tail = u;
+  s->rx = (chorus_rx_route_t){NULL, u, u->data, len, len};
+  return 1;
+}
+
+/* Where the frame whose header is in s->rx_hdr goes: 1 routed (s->rx), 0 stays in the stream. */
+static int route_frame(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st) {
+  if (is_p2p_frame(&s->rx_hdr)) return chorus__match_route(tp, s, st);
+  chorus_xfer_t* x = chorus__xq_head(&s->recvq);
+  return x ? route_to_receive(tp, s, x, st) : route_ahead(tp, s, st);
+}
+
+/* Bytes past what the destination keeps (a truncated message) are read and dropped. */
+static ssize_t read_dropped(chorus_transport_t* tp, chorus_stream_t* s, size_t len) {
+  char scratch[4096];
+  return stream_read(tp, s, scratch, len < sizeof(scratch) ? len : sizeof(scratch));
+}
+
+/* Reads the routed frame's payload. 1 when it is all in, 0 when the stream is empty. */
+static int read_payload(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st, int* moved) {
+  const chorus_rx_route_t* r = &s->rx;
+  while (s->rx_off < r->len) {
+    ssize_t n = s->rx_off < r->keep ? stream_read(tp, s, r->dst + s->rx_off, r->keep - s->rx_off)
+                                    : read_dropped(tp, s, r->len - s->rx_off);
+    if (n < 0) *st = stream_error(tp, s, "failed while receiving", (int)-n);
+    if (n <= 0) return 0;
+    s->rx_off += (size_t)n;
+    (*moved)++;
+  }
+  return 1;
+}
+
+/* A read-ahead collective frame is complete; a receive that took it meanwhile gets it now. */
+static void early_filled(chorus_transport_t* tp, chorus_unexp_t* u) {
+  u->filling = 0;
+  chorus_xfer_t* x = u->claim;
+  if (!x) return;
+  if (u->bytes) memcpy(x->buf + u->claim_off, u->data, u->bytes);
+  chorus__unexp_free(&tp->match, u);
+  part_done(x);
+}
+
+static void frame_done(chorus_transport_t* tp, chorus_stream_t* s) {
+  chorus_rx_route_t r = s->rx;
+  s->rx_hdr_off = s->rx_off = 0;
+  s->rx_routed = 0;
+  memset(&s->rx, 0, sizeof(s->rx));
+  if (r.u && r.u->kind == CHORUS_U_COLL) {
+    early_filled(tp, r.u);
+  } else if (r.x && !r.x->p2p) {
+    chorus__xq_pop(&s->recvq);
+    part_done(r.x);
+  } else {
+    chorus__match_frame_done(tp, &r);
+  }
+}
+
+/* Whether this rank needs the stream's next bytes: a frame half read, a collective receive,
+ * or a point-to-point frame from this very peer. */
+static int stream_needed(const chorus_transport_t* tp, const chorus_stream_t* s) {
+  return s->rx_routed || s->recvq.count || chorus__match_wants_peer(&tp->match, s->peer);
+}
+
+/* Whether anything may take the stream's next bytes: what it needs, or, while the peer has not
+ * ended its side, a receive from any source, a rank gathering status answers after a timeout
+ * or standing still (a peer's question may wait behind its frames), or the last words of a
+ * peer that closed its side (route_ahead reads past frames for them). */
+static int stream_wanted(const chorus_transport_t* tp, const chorus_stream_t* s) {
+  int control = tp->gathering || tp->stalled || s->peer_closed;
+  return stream_needed(tp, s) || ((tp->match.any_posted || control) && !s->rx_ended);
+}
+
 static chorus_status_t stream_recv(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
-  chorus_xfer_t* x;
-  while ((x = chorus__xq_head(&s->recvq)) != NULL) {
-    size_t off, len;
-    part_range(x->nbytes, x->nparts, x->nparts > 1 ? s->index : 0, &off, &len);
+  while (stream_wanted(tp, s)) {
     chorus_status_t st = CHORUS_OK;
-    if (!s->rx_checked && !recv_header(tp, s, x, &st, moved)) return st;
-    while (s->rx_off < len) {
-      ssize_t n = stream_read(tp, s, x->buf + off + s->rx_off, len - s->rx_off);
-      if (n < 0) return stream_error(tp, s, "failed while receiving", (int)-n);
-      if (n == 0) return CHORUS_OK;
-      s->rx_off += (size_t)n;
+    if (!s->rx_routed) {
+      if (!read_header(tp, s, &st)) {
+        /* A peer that closed its side after its last frame is an error only for what needs it:
+         * a receive from any source just hears nothing more from it. */
+        if (st == CHORUS_ERR_REMOTE && !stream_needed(tp, s)) {
+          s->rx_ended = 1;
+          tp->err[0] = '\0';
+          tp->err_peer = -1;
+          return CHORUS_OK;
+        }
+        return st;
+      }
+      int routed = route_frame(tp, s, &st);
+      if (st < 0) return st;
+      if (!routed) return CHORUS_OK; /* it waits in the stream for its receive */
+      s->rx_routed = 1;
       (*moved)++;
     }
-    chorus__xq_pop(&s->recvq);
-    s->rx_hdr_off = s->rx_off = 0;
-    s->rx_checked = 0;
-    part_done(x);
+    if (!read_payload(tp, s, &st, moved)) return st;
+    frame_done(tp, s);
   }
   return CHORUS_OK;
 }
 
-chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x) {
+/* A collective receive posted while frames read ahead wait on this stream: the oldest is its. */
+static chorus_status_t take_early(chorus_transport_t* tp, chorus_stream_t* s, chorus_xfer_t* x) {
+  chorus_unexp_t* u = s->early_head;
+  char why[CHORUS_FRAME_WHY_LEN];
+  chorus_status_t st = chorus__frame_check(&u->hdr, &x->hdr, why, sizeof(why));
+  if (st < 0) { /* left in the list: freed with the stream after the failure */
+    if (st == CHORUS_ERR_MISMATCH) send_abort(tp, s, &x->hdr);
+    snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): %s", s->peer, tp->peers[s->peer].host, why);
+    tp->err_peer = s->peer;
+    return st;
+  }
+  s->early_head = u->next;
+  if (s->early_head) s->early_head->prev = NULL;
+  else s->early_tail = NULL;
+  u->next = u->prev = NULL;
+  size_t off, len;
+  stream_part(s, x, x->nbytes, &off, &len);
+  u->claim = x; /* a claimed entry is in no list: the stream's route holds it until it is in */
+  u->claim_off = off;
+  if (!u->filling) early_filled(tp, u);
+  return CHORUS_OK;
+}
+
+static chorus_status_t ctl_read(chorus_transport_t* tp, chorus_stream_t* s);
+
+/* A peer that gave up said so (its give-up frame) just before closing its sockets: read what
+ * it sent last before its stream's error is reported, so that the error can say why. The
+ * stream's own error stays the one reported. */
+static void read_last_words(chorus_transport_t* tp, chorus_stream_t* s) {
+  char err[sizeof(tp->err)];
+  int err_peer = tp->err_peer, moved = 0;
+  memcpy(err, tp->err, sizeof(err));
+  s->peer_closed = 1; /* past frames nobody asked for yet (route_ahead) */
+  if (s->is_shm) (void)ctl_read(tp, s);
+  else (void)stream_recv(tp, s, &moved);
+  memcpy(tp->err, err, sizeof(err));
+  tp->err_peer = err_peer;
+}
+
+int chorus__stream_nparts(const chorus_transport_t* tp, int peer, size_t nbytes) {
+  const chorus_peer_t* p = &tp->peers[peer];
+  return nbytes >= CHORUS_STRIPE_MIN_BYTES && p->nsocks > 1 && !p->socks[0].is_shm ? p->nsocks : 1;
+}
+
+chorus_status_t chorus__stream_post_parts(chorus_transport_t* tp, chorus_xfer_t* x, int nparts) {
   chorus_peer_t* p = &tp->peers[x->peer];
-  int stripe = x->nbytes >= CHORUS_STRIPE_MIN_BYTES && p->nsocks > 1 && !p->socks[0].is_shm;
-  x->nparts = stripe ? p->nsocks : 1;
+  x->nparts = nparts;
   for (int i = 0; i < x->nparts; i++) {
     chorus_stream_t* s = &p->socks[i];
+    if (!x->is_send && s->early_head) {
+      chorus_status_t st = take_early(tp, s, x);
+      if (st < 0) return st;
+      continue;
+    }
     chorus_xfer_queue_t* q = x->is_send ? &s->sendq : &s->recvq;
     if (chorus__xq_push(q, x)) return CHORUS_ERR_NO_MEMORY;
     /* Start at once when it is first in line: the latency path is one write. */
     if (q->count == 1) {
       int moved = 0;
       chorus_status_t st = x->is_send ? stream_send(tp, s, &moved) : stream_recv(tp, s, &moved);
+      if (st < 0) read_last_words(tp, s);
       if (st < 0) return st;
     }
   }
   return CHORUS_OK;
+}
+
+chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x) {
+  return chorus__stream_post_parts(tp, x, chorus__stream_nparts(tp, x->peer, x->nbytes));
 }
 
 /* Reads control frames from a shared-memory stream's socket, where nothing else travels. */
@@ -324,6 +557,7 @@ static chorus_status_t ctl_read(chorus_transport_t* tp, chorus_stream_t* s) {
       snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): received bytes that are not a Chorus status frame "
                "(magic 0x%08x) on the socket of a shared-memory peer", s->peer, tp->peers[s->peer].host,
                s->ctl_rx_hdr.magic);
+      tp->err_peer = s->peer;
       return CHORUS_ERR_PROTOCOL;
     }
     chorus_status_t st = handle_status(tp, s, &s->ctl_rx_hdr);
@@ -331,12 +565,12 @@ static chorus_status_t ctl_read(chorus_transport_t* tp, chorus_stream_t* s) {
   }
 }
 
-/* Bytes arrived where no receive is posted: read up to the next data frame's header (kept
- * for its receive), handling the status frames before it. A closed socket is only noted
- * here; only a malformed status frame is an error. */
+/* Bytes arrived where nothing waits for them: read up to the next data frame's header (kept
+ * for its receive), handling the control frames before it. A closed socket is only noted
+ * here; only a malformed control frame is an error. */
 static chorus_status_t stream_idle_read(chorus_transport_t* tp, chorus_stream_t* s) {
   if (s->is_shm) return ctl_read(tp, s);
-  if (s->recvq.count || s->rx_hdr_off == sizeof(s->rx_hdr)) return CHORUS_OK;
+  if (s->rx_routed || s->rx_hdr_off == sizeof(s->rx_hdr)) return CHORUS_OK;
   chorus_status_t st = CHORUS_OK;
   read_header(tp, s, &st);
   if (st == CHORUS_ERR_PROTOCOL) return st;
@@ -353,13 +587,11 @@ chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved) {
     for (int i = 0; i < peer->nsocks; i++) {
       chorus_stream_t* s = &peer->socks[i];
       chorus_status_t st = CHORUS_OK;
-      if (s->sendq.count || (s->ctl_count && !s->is_shm)) st = stream_send(tp, s, moved);
+      if (s->sendq.count || s->cts_count || (s->ctl_count && !s->is_shm)) st = stream_send(tp, s, moved);
       if (s->ctl_count && s->is_shm) ctl_flush(s);
-      if (st >= 0 && s->recvq.count) st = stream_recv(tp, s, moved);
+      if (st >= 0 && stream_wanted(tp, s)) st = stream_recv(tp, s, moved);
       if (st >= 0 && s->rx_ready) st = stream_idle_read(tp, s);
-      /* A shared-memory peer that gave up said so on its socket just before closing it: read
-       * that first, so the error can say why (a TCP stream delivers it in order anyway). */
-      if (st < 0 && s->is_shm) (void)ctl_read(tp, s);
+      if (st < 0) read_last_words(tp, s);
       if (st < 0) return st;
     }
   }
@@ -442,15 +674,16 @@ static int wait_writable(const chorus_stream_t* s, uint64_t deadline_ns) {
 /* Writes the rest of the frame (data or control) a TCP stream is in the middle of, so that a
  * frame can follow; its bytes are the real ones, so the peer may even complete a receive with
  * them. 1 when the stream is at a frame boundary. */
-static int finish_frame(chorus_stream_t* s, uint64_t deadline_ns) {
-  while (s->ctl_off) {
-    ctl_flush(s);
-    if (s->ctl_off && (s->peer_closed || !wait_writable(s, deadline_ns))) return 0;
+static int finish_frame(chorus_transport_t* tp, chorus_stream_t* s, uint64_t deadline_ns) {
+  while (s->ctl_off || s->cts_off) {
+    if (s->ctl_off) ctl_flush(s);
+    else if (cts_flush(tp, s) < 0) return 0;
+    if ((s->ctl_off || s->cts_off) && (s->peer_closed || !wait_writable(s, deadline_ns))) return 0;
   }
   chorus_xfer_t* x = chorus__xq_head(&s->sendq);
   while (!tx_at_boundary(s) && x) {
     size_t off, len;
-    part_range(x->nbytes, x->nparts, x->nparts > 1 ? s->index : 0, &off, &len);
+    stream_part(s, x, x->wire_bytes, &off, &len);
     struct iovec iov[2];
     int niov = 0;
     if (s->tx_hdr_off < sizeof(x->hdr))
@@ -462,9 +695,8 @@ static int finish_frame(chorus_stream_t* s, uint64_t deadline_ns) {
     s->tx_hdr_off += to_hdr;
     s->tx_off += sent - to_hdr;
     if (s->tx_hdr_off == sizeof(x->hdr) && s->tx_off == len) {
-      chorus__xq_pop(&s->sendq);
+      chorus__xq_pop(&s->sendq); /* the transfer fails with the communicator: nothing more to do */
       s->tx_hdr_off = s->tx_off = 0;
-      part_done(x);
       break;
     }
     if (n == 0 && !wait_writable(s, deadline_ns)) return 0;
@@ -478,7 +710,7 @@ void chorus__transport_give_up(chorus_transport_t* tp, const chorus_frame_hdr_t*
     chorus_peer_t* peer = &tp->peers[p];
     for (int i = 0; i < peer->nsocks; i++) {
       chorus_stream_t* s = &peer->socks[i];
-      if (s->fd < 0 || s->peer_closed || (!s->is_shm && !finish_frame(s, deadline))) continue;
+      if (s->fd < 0 || s->peer_closed || !finish_frame(tp, s, deadline)) continue;
       size_t off = 0;
       while (off < sizeof(*h)) {
         struct iovec iov = {(char*)h + off, sizeof(*h) - off};
@@ -503,13 +735,14 @@ static chorus_status_t gather_io(chorus_transport_t* tp, chorus_stream_t* s) {
     return st < 0 ? st : s->peer_closed ? CHORUS_ERR_REMOTE : CHORUS_OK;
   }
   st = stream_send(tp, s, &moved);
-  if (st >= 0 && s->recvq.count) st = stream_recv(tp, s, &moved);
-  if (st >= 0 && !s->recvq.count && s->rx_hdr_off < sizeof(s->rx_hdr)) read_header(tp, s, &st);
+  if (st >= 0 && stream_wanted(tp, s)) st = stream_recv(tp, s, &moved);
+  if (st >= 0 && !s->rx_routed && s->rx_hdr_off < sizeof(s->rx_hdr)) read_header(tp, s, &st);
   return st;
 }
 
 void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms) {
   uint64_t deadline = chorus__now_ns() + (uint64_t)wait_ms * 1000000ull;
+  tp->gathering = 1; /* answers may sit behind data frames not yet asked for */
   for (;;) {
     int waiting = 0;
     for (int p = 0; p < tp->nranks; p++) {
@@ -525,6 +758,7 @@ void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms) {
     uint64_t left_ms = (deadline - now) / 1000000 + 1;
     collect_events(tp, left_ms < 10 ? (int)left_ms : 10);
   }
+  tp->gathering = 0;
   tp->err[0] = '\0'; /* failures met here are reported per rank, not as the operation's error */
 }
 
@@ -537,14 +771,15 @@ static void pending_kinds(const chorus_transport_t* tp, int* tcp, int* shm, int*
     const chorus_peer_t* peer = &tp->peers[p];
     for (int i = 0; i < peer->nsocks; i++) {
       const chorus_stream_t* s = &peer->socks[i];
-      if (!s->sendq.count && !s->recvq.count) continue;
+      int reads = stream_wanted(tp, s), sends = s->sendq.count || s->cts_count;
+      if (!reads && !sends) continue;
       if (!s->is_shm) {
         *tcp = 1;
         continue;
       }
       *shm = 1;
-      if (s->recvq.count && (!chorus__shm_ring_empty(s->rx_ring) || s->peer_closed)) *shm_ready = 1;
-      if (s->sendq.count && (chorus__shm_ring_space(s->tx_ring, tp->shm.ring_bytes) || s->peer_closed))
+      if (reads && (!chorus__shm_ring_empty(s->rx_ring) || s->peer_closed)) *shm_ready = 1;
+      if (sends && (chorus__shm_ring_space(s->tx_ring, tp->shm.ring_bytes) || s->peer_closed))
         *shm_ready = 1;
     }
   }
@@ -631,7 +866,7 @@ int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, s
         if (!x) continue;
         *is_send = pass;
         size_t off, len;
-        part_range(x->nbytes, x->nparts, x->nparts > 1 ? i : 0, &off, &len);
+        chorus__part_range(x->wire_bytes, x->nparts, x->nparts > 1 ? i : 0, &off, &len);
         *bytes_left = len - (pass == 0 ? peer->socks[i].rx_off : peer->socks[i].tx_off);
         return p;
       }
@@ -650,6 +885,20 @@ int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, s
 
 /* ---- teardown ---- */
 
+/* Frees what the stream holds of frames received ahead, and forgets the frame in progress. A
+ * claimed buffer is in no list: only the stream's route holds it. */
+static void drop_received(chorus_transport_t* tp, chorus_stream_t* s) {
+  if (s->rx_routed && s->rx.u && s->rx.u->claim) chorus__unexp_free(&tp->match, s->rx.u);
+  while (s->early_head) {
+    chorus_unexp_t* u = s->early_head;
+    s->early_head = u->next;
+    chorus__unexp_free(&tp->match, u);
+  }
+  s->early_tail = NULL;
+  s->rx_routed = 0;
+  memset(&s->rx, 0, sizeof(s->rx));
+}
+
 void chorus__transport_shutdown(chorus_transport_t* tp) {
   if (!tp->peers) return;
   for (int p = 0; p < tp->nranks; p++) {
@@ -659,11 +908,14 @@ void chorus__transport_shutdown(chorus_transport_t* tp) {
       chorus_stream_t* s = &peer->socks[i];
       s->sendq.count = s->recvq.count = 0;
       s->tx_hdr_off = s->tx_off = s->rx_hdr_off = s->rx_off = 0;
-      s->rx_checked = s->rx_ready = 0;
+      drop_received(tp, s);
+      s->rx_ready = 0;
       s->ctl_count = s->ctl_off = s->ctl_rx_off = 0;
+      s->cts_count = s->cts_off = 0;
       if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
     }
   }
+  chorus__match_reset(tp);
 }
 
 void chorus__transport_destroy(chorus_transport_t* tp) {
@@ -674,7 +926,9 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
         if (peer->socks[i].fd >= 0) close(peer->socks[i].fd);
         chorus__xq_free(&peer->socks[i].sendq);
         chorus__xq_free(&peer->socks[i].recvq);
+        drop_received(tp, &peer->socks[i]);
         free(peer->socks[i].ctl);
+        free(peer->socks[i].cts);
       }
       free(peer->socks);
       chorus__xq_free(&peer->self_sendq);
@@ -683,6 +937,7 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
     free(tp->peers);
     tp->peers = NULL;
   }
+  chorus__match_free(tp);
   free(tp->status);
   tp->status = NULL;
   while (tp->windows) {

@@ -18,6 +18,7 @@
 #include "transport/shm.h"
 #include "transport/window.h"
 #include "transport/conn.h"
+#include "transport/match.h"
 
 /* Messages of at least this many bytes are striped over all sockets of a peer. */
 #define CHORUS_STRIPE_MIN_BYTES (256u * 1024u)
@@ -39,12 +40,17 @@ typedef struct chorus_stream {
   chorus_shm_bell_t* peer_bell; /* rung after writing (data) and after reading (space) */
   int peer_wakefd;              /* this process's copy of the peer's wake-up eventfd, or -1 */
   chorus_xfer_queue_t sendq;
-  chorus_xfer_queue_t recvq;
+  chorus_xfer_queue_t recvq;    /* collective receives, matched in stream order */
   size_t tx_hdr_off, tx_off; /* progress of the head send's frame */
   chorus_frame_hdr_t rx_hdr;
   size_t rx_hdr_off, rx_off; /* progress of the frame being received */
-  int rx_checked;            /* rx_hdr validated against the head receive */
+  int rx_routed;             /* rx_hdr is complete and its payload has a destination: rx */
+  chorus_rx_route_t rx;
+  /* Collective frames read ahead of their receive, because this rank waited for a
+   * point-to-point message behind them (match.h): taken by the next receives posted here. */
+  struct chorus_unexp *early_head, *early_tail;
   int peer_closed;           /* EPOLLRDHUP/HUP seen on fd */
+  int rx_ended;              /* a read found the stream closed after its last frame */
   int rx_ready;              /* EPOLLIN seen on fd since a read last found it empty */
   /* Control (status) frames to write on fd: on a TCP stream between data frames, on a
    * shared-memory stream's idle socket at any time. ctl_off: bytes of the first one written. */
@@ -52,6 +58,11 @@ typedef struct chorus_stream {
   size_t ctl_head, ctl_count, ctl_cap, ctl_off;
   chorus_frame_hdr_t ctl_rx_hdr; /* shared-memory stream: a control frame being read from fd */
   size_t ctl_rx_off;
+  /* CTS frames (frame.h) to write in the stream itself, between data frames: message numbers;
+   * cts_off bytes of the first one written (cts_hdr). */
+  uint64_t* cts;
+  size_t cts_head, cts_count, cts_cap, cts_off;
+  chorus_frame_hdr_t cts_hdr;
 } chorus_stream_t;
 
 typedef struct {
@@ -92,13 +103,20 @@ typedef struct chorus_transport {
   chorus_window_t* windows;    /* registered memory (chorus_mem_alloc) */
   uint64_t windows_made;       /* windows ever made: the next window's index */
   chorus_rank_status_t* status; /* per rank: what status frames said about it */
+  /* Read collective frames ahead of their receives (route_ahead) to reach the control frames
+   * behind them: while gathering status answers after a timeout, and while the engine stands
+   * still (set by it), when a peer's question may be waiting there. */
+  int gathering;
+  int stalled;
   chorus_frame_hdr_t gave_up;   /* the first give-up frame received (frame.h) */
   int gave_up_from;             /* its sender, -1 while none came */
   /* Called when a peer asks for this rank's status (it timed out): queues the answer with
    * chorus__transport_send_status. Set by the engine; NULL: the rank does not answer. */
   void (*status_answer)(void* ctx, int asker);
   void* status_ctx;
+  chorus_match_t match;        /* point-to-point receives and unexpected messages (match.h) */
   char err[512]; /* the sentence describing the last transport error */
+  int err_peer;  /* the peer that error is about, or -1 */
 } chorus_transport_t;
 
 /* Peer info exchanged at bootstrap. */
@@ -184,9 +202,18 @@ void chorus__transport_give_up(chorus_transport_t* tp, const chorus_frame_hdr_t*
 void chorus__transport_shutdown(chorus_transport_t* tp);
 void chorus__transport_destroy(chorus_transport_t* tp);
 
-/* Posting, used by conn.c. */
+/* Posting, used by conn.c: a collective transfer (striped when large), and a point-to-point
+ * frame in nparts parts (match.c). */
 chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x);
+chorus_status_t chorus__stream_post_parts(chorus_transport_t* tp, chorus_xfer_t* x, int nparts);
 chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x);
+/* Parts a message of nbytes to peer is cut into (one per socket of a TCP peer, from
+ * CHORUS_STRIPE_MIN_BYTES on); the receiver computes the same. */
+int chorus__stream_nparts(const chorus_transport_t* tp, int peer, size_t nbytes);
+/* Queues a CTS for message number `seq` to peer, written in its first stream between frames. */
+chorus_status_t chorus__stream_queue_cts(chorus_transport_t* tp, int peer, uint64_t seq);
+/* Byte range of part i of a transfer cut into n parts. */
+void chorus__part_range(size_t nbytes, int n, int i, size_t* off, size_t* len);
 
 /* TCP stream I/O (tcp.c): bytes moved, 0 when it would block, -errno on failure (-EPIPE: the
  * peer closed). */

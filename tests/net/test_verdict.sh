@@ -52,7 +52,7 @@ wait_survivors() {
 # Twice: with the two-level allreduce, where rank 2 waits for rank 3 inside their host (shared
 # memory) and learns of the others' failure only from their give-up frames, and with the flat
 # ring, where it has transfers pending with the other host and sees them leave.
-for algo in ring; do
+for algo in hier ring; do
 start_job skip 60 CHORUS_ALGO=allreduce:$algo CHORUS_TEST_SKIP=3:$SKIP_IT CHORUS_TEST_SKIP_SEC=60
 for _ in $(seq 300); do grep -q "skipping" "$NET_TMP/skip.3.out" 2>/dev/null && break; sleep 0.05; done
 grep -q "skipping" "$NET_TMP/skip.3.out" || fail "rank 3 never reached iteration $SKIP_IT"
@@ -75,7 +75,7 @@ done
 # it says so with their verdict.
 grep -q "CHORUS_ERR_REMOTE" "$NET_TMP/skip.2.out" || fail "rank 2 did not report its peers leaving ($algo)"
 if [ $algo = hier ]; then
-  grep -qE "rank [01] \(host host0\) gave up on allreduce #$SEQ \(CHORUS_ERR_TIMEOUT\); its verdict: $want" \
+  grep -qF "(host host0) gave up on allreduce #$SEQ (CHORUS_ERR_TIMEOUT); its verdict: $want" \
     "$NET_TMP/skip.2.out" || fail "rank 2 does not pass on the verdict of the rank that gave up ($algo)"
 fi
 echo "ok ($algo): rank 3 skipped allreduce #$SEQ; ranks 0, 1 named it within $took_ms ms (timeout $TIMEOUT_SEC s):"
@@ -105,7 +105,10 @@ kill -KILL "${NET_PIDS[3]}" 2>/dev/null
 wait "${NET_PIDS[3]}" 2>/dev/null
 
 # ---- 3. rank 3 stops itself inside allreduce #10 ----
-start_job stopin $TIMEOUT_SEC CHORUS_TEST_STOP=3:5
+# The two-level allreduce with rails (rank 3 reduces a segment its host-mate and rail need): in
+# its leader mode rank 3 would only hand its input to rank 2 before stopping, and the others
+# would finish #10 without it and name it at #11, rightly.
+start_job stopin $TIMEOUT_SEC CHORUS_TEST_STOP=3:5 CHORUS_ALGO=allreduce:hier/ring
 for _ in $(seq 300); do grep -q "stopping inside" "$NET_TMP/stopin.3.out" 2>/dev/null && break; sleep 0.05; done
 grep -q "stopping inside" "$NET_TMP/stopin.3.out" || fail "rank 3 never stopped itself"
 t0=$(date +%s%N)

@@ -135,21 +135,23 @@ static void hier_fini(chorus_task_t* t) {
 }
 
 /* What one rail sees of the inter-host link: the L rails of a host cross it at once, so each
- * gets 1/L of its bandwidth (one network interface per host). */
+ * gets 1/L of its bandwidth (one network interface per host), and their messages go through
+ * the host's one network stack, whose per-message work is most of a TCP alpha: L times it. */
 static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx) {
   int L = cx->max_local > 0 ? cx->max_local : 1;
-  return (chorus_link_model_t){cx->inter.alpha_us, cx->inter.bytes_per_us / L};
+  return (chorus_link_model_t){cx->inter.alpha_us * L, cx->inter.bytes_per_us / L};
 }
 
 /* The inter-host engine for `bytes` over H members on `link`: forced by name, else the
- * cheapest. */
+ * cheapest of those chosen automatically (engines.c). */
 static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx,
                                              const chorus_link_model_t* link, double bytes, double* us_out) {
   const chorus_ar_engine_t* best = NULL;
   double best_us = DBL_MAX;
+  int forced = t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, LEADER) != 0;
   for (size_t i = 0; i < chorus__hier_nar_engines; i++) {
     const chorus_ar_engine_t* e = chorus__hier_ar_engines[i];
-    if (t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, LEADER) != 0 && strcmp(t->sub_algo, e->name) != 0) continue;
+    if (forced ? strcmp(t->sub_algo, e->name) != 0 : !e->automatic) continue;
     double us = e->cost_us(bytes, cx->nhosts, cx, link);
     if (us < best_us) {
       best_us = us;

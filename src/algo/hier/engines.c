@@ -22,7 +22,7 @@ static double ring_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const 
   if (n <= 1) return 0.0;
   return 2.0 * (n - 1) * link->alpha_us + 2.0 * (n - 1) / n * bytes / link->bytes_per_us;
 }
-static const chorus_ar_engine_t ring_engine = {"ring", ring_start, ring_step, ring_free, ring_cost};
+static const chorus_ar_engine_t ring_engine = {"ring", ring_start, ring_step, ring_free, ring_cost, 1};
 
 /* ceil(log2 n), and whether n is not a power of two (the fold's two extra steps). */
 static int log2_up(int n, int* folded) {
@@ -44,7 +44,7 @@ static double rd_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const ch
   int folded, k = log2_up(n, &folded);
   return (k + 2 * folded) * (link->alpha_us + bytes / link->bytes_per_us + bytes / cx->reduce_bytes_per_us);
 }
-static const chorus_ar_engine_t rd_engine = {"rd", rd_start, rd_step, rd_free, rd_cost};
+static const chorus_ar_engine_t rd_engine = {"rd", rd_start, rd_step, rd_free, rd_cost, 1};
 
 static chorus_status_t rhd_start(const chorus_sched_t* s, void** state) {
   chorus_rhd_t* e = NULL;
@@ -62,7 +62,10 @@ static double rhd_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const c
   return (2.0 * k + 2.0 * folded) * link->alpha_us + (2.0 * (p - 1.0) / p + 2.0 * folded) * bytes / link->bytes_per_us +
          ((p - 1.0) / p + folded) * bytes / cx->reduce_bytes_per_us;
 }
-static const chorus_ar_engine_t rhd_engine = {"rhd", rhd_start, rhd_step, rhd_free, rhd_cost};
+/* Forced only (hier/rhd): its rounds run one whole exchange at a time, and over the rails of
+ * 4 emulated hosts (2 Gbit/s) it never beat ring or rd at any size from 8 B to 16 MiB, taking up
+ * to 1.8x their time (bench/sweep, docs/cluster.md), while its alpha-beta price ties with theirs. */
+static const chorus_ar_engine_t rhd_engine = {"rhd", rhd_start, rhd_step, rhd_free, rhd_cost, 0};
 
 const chorus_ar_engine_t* const chorus__hier_ar_engines[] = {&ring_engine, &rhd_engine, &rd_engine};
 const size_t chorus__hier_nar_engines = sizeof(chorus__hier_ar_engines) / sizeof(chorus__hier_ar_engines[0]);

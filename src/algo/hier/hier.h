@@ -16,6 +16,7 @@ typedef struct {
   void (*free)(void* state);
   /* Predicted time of an allreduce of `bytes` over n members on `link`. */
   double (*cost_us)(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link);
+  int automatic; /* a candidate of the automatic choice (else only when forced) */
 } chorus_ar_engine_t;
 
 extern const chorus_ar_engine_t* const chorus__hier_ar_engines[];

@@ -149,12 +149,15 @@ static double rd_allgather_cost_us(const chorus_task_t* t, const chorus_cost_ctx
   chorus_rd_shape_t sh;
   chorus__rd_shape(&sh, 0, t->nranks);
   double block = (double)t->args.count * (double)t->dtype_size;
-  double steps = sh.rounds, blocks = sh.p - 1;
+  /* Round i moves 2^i blocks; the first `intra` rounds (1 + 2 + ... blocks) stay in the host. */
+  int intra = chorus__rd_intra_rounds(cx, t->nranks);
+  double steps = sh.rounds - intra, intra_blocks = (double)((1 << intra) - 1), blocks = sh.p - 1 - intra_blocks;
   if (sh.rem) {
     steps += 2;
     blocks += 1 + (t->nranks - 1);
   }
-  return steps * cx->spread.alpha_us + blocks * block / cx->spread.bytes_per_us;
+  return intra * cx->intra.alpha_us + intra_blocks * block / cx->intra.bytes_per_us + steps * cx->spread.alpha_us +
+         blocks * block / cx->spread.bytes_per_us;
 }
 
 const chorus_algo_t chorus__algo_rd_allgather = {

@@ -167,9 +167,11 @@ static double rd_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx
   if (t->nranks <= 1) return 0.0;
   chorus_rd_shape_t sh;
   chorus__rd_shape(&sh, 0, t->nranks);
-  double steps = sh.rounds + (sh.rem ? 2 : 0);
-  double bytes = (double)t->args.count * (double)t->dtype_size;
-  return steps * (cx->spread.alpha_us + bytes / cx->spread.bytes_per_us + bytes / cx->reduce_bytes_per_us);
+  int intra = chorus__rd_intra_rounds(cx, t->nranks);
+  double inter = sh.rounds - intra + (sh.rem ? 2 : 0);
+  double bytes = (double)t->args.count * (double)t->dtype_size, reduce = bytes / cx->reduce_bytes_per_us;
+  return intra * (cx->intra.alpha_us + bytes / cx->intra.bytes_per_us + reduce) +
+         inter * (cx->spread.alpha_us + bytes / cx->spread.bytes_per_us + reduce);
 }
 
 const chorus_algo_t chorus__algo_rd_allreduce = {

@@ -19,6 +19,10 @@
  * On registered memory (zero copy): rank r reduces slice r straight from every rank's send
  * buffer and writes the result into every rank's receive buffer: N read and N written per rank,
  * nothing staged.
+ *
+ * A fused group operation (task.segs) is read from and written to its members' own buffers:
+ * the copy-in gathers them into the slot and the results go straight to them, so the group
+ * packs and unpacks nothing (two passes over the data fewer on each side).
  */
 #include "algo/algos.h"
 #include "algo/shm/shm.h"
@@ -38,7 +42,7 @@ static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
 
 static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
-  if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes))
+  if (!t->segs && chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes))
     return chorus__shm_op_init(t, 1, 1, bytes);
   return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, bytes);
 }
@@ -78,6 +82,19 @@ static void combine_two_streaming(chorus_task_t* t, chorus_shm_op_t* s, char* ds
  * as many remote bytes as the three phases (S per chunk) but writes S/2 less and waits once per
  * chunk instead of three times; from three ranks on it would read (n - 1) S remote bytes against
  * 2 S (n - 1) / n. */
+/* dst = the combination of m elements of every input: in0, in1, then the slots of ranks 2.. at
+ * element `at` of chunk `which`. */
+static void combine_all(chorus_task_t* t, chorus_shm_op_t* s, char* dst, const char* in0, const char* in1, int which,
+                        size_t at, size_t m) {
+  if (s->stream_out && t->nranks == 2) {
+    combine_two_streaming(t, s, dst, in0, in1, m);
+    return;
+  }
+  s->reduce(dst, in0, in1, m);
+  for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + at * t->dtype_size, m);
+  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+}
+
 static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;
@@ -85,22 +102,22 @@ static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) 
     uint64_t id = chorus__shm_id(s);
     int which = (int)(id & 1);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
-    const char* mine = (const char*)t->args.sendbuf + first * es;
+    /* A fused group's inputs are read from the slots only (its members are not contiguous). */
+    const char* mine = t->segs ? NULL : (const char*)t->args.sendbuf + first * es;
     if (s->stage == 0) {
-      CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, mine, m * es, &st), st);
+      if (t->segs) CHORUS_SHM_WAIT(chorus__shm_stage_in_segs(t, s, first, m, &st), st);
+      else CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, mine, m * es, &st), st);
     }
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-    char* dst = (char*)t->args.recvbuf + first * es;
-    const char* in0 = t->rank == 0 ? mine : chorus__conn_shm_slot(t, 0, which);
-    const char* in1 = t->rank == 1 ? mine : chorus__conn_shm_slot(t, 1, which);
+    const char* in0 = t->rank == 0 && mine ? mine : chorus__conn_shm_slot(t, 0, which);
+    const char* in1 = t->rank == 1 && mine ? mine : chorus__conn_shm_slot(t, 1, which);
     /* In place, dst is `mine`: element-wise kernels may read and write it in one call, but a
      * later call could not read it any more, so from rank 2 on every input comes from a slot. */
-    if (s->stream_out && t->nranks == 2) {
-      combine_two_streaming(t, s, dst, in0, in1, m);
+    if (!t->segs) {
+      combine_all(t, s, (char*)t->args.recvbuf + first * es, in0, in1, which, 0, m);
     } else {
-      s->reduce(dst, in0, in1, m);
-      for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which), m);
-      if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+      CHORUS_SEG_FOR_EACH(t, first, m, seg, done, from, n)
+      combine_all(t, s, (char*)t->segs[seg].recv + from * es, in0 + done * es, in1 + done * es, which, done, n);
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;
@@ -215,7 +232,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
-  if (s->nchunks == 1 && t->args.count * t->dtype_size <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
+  if (s->nchunks == 1 && t->args.count * t->dtype_size <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2 && !t->segs)
     return progress_ll(t, s);
   if (t->nranks == 2 || (s->nchunks == 1 && t->args.count * t->dtype_size <= SMALL_BYTES))
     return progress_one_phase(t, s);
@@ -227,7 +244,8 @@ static chorus_status_t progress(chorus_task_t* t) {
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
     switch (s->stage) {
       case 0: /* copy-in, once nobody reads this slot's previous chunk */
-        CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, (const char*)t->args.sendbuf + first * es, m * es, &st), st);
+        if (t->segs) CHORUS_SHM_WAIT(chorus__shm_stage_in_segs(t, s, first, m, &st), st);
+        else CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, (const char*)t->args.sendbuf + first * es, m * es, &st), st);
         break;
       case 1: /* reduce my slice once every input is there */
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
@@ -256,4 +274,5 @@ const chorus_algo_t chorus__algo_shm_allreduce = {
     .init = init,
     .progress = progress,
     .fini = chorus__shm_op_fini,
+    .takes_segments = 1,
 };

@@ -130,6 +130,30 @@ static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, con
   return 1;
 }
 
+/* The same for a fused group operation: elements [first, first + m) of its members' inputs. */
+static inline int chorus__shm_stage_in_segs(chorus_task_t* t, chorus_shm_op_t* s, size_t first, size_t m,
+                                            chorus_status_t* st) {
+  if (!chorus__shm_slot_free(t, s, st)) return 0;
+  uint64_t id = chorus__shm_id(s);
+  chorus__segs_gather(t, chorus__conn_shm_slot(t, t->rank, (int)(id & 1)), first, m);
+  chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+  chorus__shm_advance(t, s, 1);
+  return 1;
+}
+
+/* Copies m elements from src into the receive buffer at element `first`: the caller's buffer,
+ * or a fused group operation's members (task.segs). */
+static inline void chorus__shm_copy_to_output(chorus_task_t* t, const chorus_shm_op_t* s, size_t first,
+                                              const char* src, size_t m) {
+  size_t es = t->dtype_size;
+  if (!t->segs) {
+    chorus__shm_copy_out(s, (char*)t->args.recvbuf + first * es, src, m * es);
+    return;
+  }
+  CHORUS_SEG_FOR_EACH(t, first, m, seg, done, from, n)
+  chorus__shm_copy_out(s, (char*)t->segs[seg].recv + from * es, src + done * es, n * es);
+}
+
 /* Combines slice `rank` of chunk `which` (m elements) from every rank's slot into this rank's
  * slot, in rank order starting with its own; avg divides. One writer per slice: every rank
  * later copies the same bits. */
@@ -148,11 +172,10 @@ static inline void chorus__shm_reduce_my_slice(chorus_task_t* t, chorus_shm_op_t
 static inline void chorus__shm_copy_slices_out(chorus_task_t* t, const chorus_shm_op_t* s, int which, size_t first,
                                                size_t m) {
   size_t es = t->dtype_size;
-  char* out = (char*)t->args.recvbuf + first * es;
   for (int q = 0; q < t->nranks; q++) {
     size_t off, len;
     chorus__shm_slice(m, t->nranks, q, &off, &len);
-    if (len) chorus__shm_copy_out(s, out + off * es, chorus__conn_shm_slot(t, q, which) + off * es, len * es);
+    if (len) chorus__shm_copy_to_output(t, s, first + off, chorus__conn_shm_slot(t, q, which) + off * es, len);
   }
 }
 
