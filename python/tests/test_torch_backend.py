@@ -401,6 +401,79 @@ class BackendTests(unittest.TestCase):
             dist.irecv(got2, src=self.r - 1).wait()
             self.assertBits(got2, ref.rank_input(self.r - 1, 10, "int64", salt=11), "irecv")
 
+    def test_batch_isend_irecv_receives_first(self):
+        """Every rank posts its receive from the left before its send to the right (as
+        pipeline parallelism does): the operations progress together, none waits for a send
+        queued behind a receive. Messages above the eager size (rendezvous) and below."""
+        if self.n == 1:
+            return
+        right, left = (self.r + 1) % self.n, (self.r - 1) % self.n
+        for count in (7, 100000):
+            got = torch.empty(count, dtype=torch.float32)
+            started = time.monotonic()
+            works = dist.batch_isend_irecv([
+                dist.P2POp(dist.irecv, got, left),
+                dist.P2POp(dist.isend, self.input("float32", count, salt=19), right)])
+            for work in works:
+                work.wait()
+            self.assertLess(time.monotonic() - started, 30, "the exchange waited on a timeout")
+            self.assertBits(got, ref.rank_input(left, count, "float32", salt=19),
+                            f"batch_isend_irecv {count}")
+
+    def test_tags_and_any_source(self):
+        if self.n == 1:
+            return
+        if self.r == 0:
+            # Tags select: the message tagged 5 is received first although it was sent last.
+            five, three = torch.empty(4, dtype=torch.int64), torch.empty(4, dtype=torch.int64)
+            dist.recv(five, src=1, tag=5)
+            dist.recv(three, src=1, tag=3)
+            self.assertBits(five, ref.rank_input(1, 4, "int64", salt=5), "tag 5")
+            self.assertBits(three, ref.rank_input(1, 4, "int64", salt=3), "tag 3")
+            # From any source: every other rank sends once, the source is reported.
+            seen = set()
+            for _ in range(self.n - 1):
+                got = torch.empty(6, dtype=torch.int32)
+                source = dist.recv(got, tag=9)
+                self.assertBits(got, ref.rank_input(source, 6, "int32", salt=9),
+                                f"recv from any source (said {source})")
+                seen.add(source)
+            self.assertEqual(seen, set(range(1, self.n)))
+        else:
+            if self.r == 1:
+                three = dist.isend(self.input("int64", 4, salt=3), dst=0, tag=3)
+                dist.send(self.input("int64", 4, salt=5), dst=0, tag=5)
+                three.wait()
+            dist.send(self.input("int32", 6, salt=9), dst=0, tag=9)
+
+    def test_receive_does_not_hold_back_collectives(self):
+        """Rank 0 posts a receive that rank 1 satisfies only after an allreduce: the
+        allreduce's Work and future complete while the receive waits."""
+        if self.n == 1:
+            return
+        got = torch.empty(3)
+        pending = dist.irecv(got, src=1, tag=11) if self.r == 0 else None
+        t = self.input("float32", 10, salt=20)
+        future = dist.all_reduce(t, async_op=True).get_future()
+        future.wait()
+        self.assertBits(t, ref.expected_reduction(self.n, 10, "float32", "sum", salt=20),
+                        "allreduce behind a pending receive")
+        if self.r == 1:
+            dist.send(torch.full((3,), 7.0), dst=0, tag=11)
+        if pending is not None:
+            pending.wait()
+            self.assertBits(got, np.full(3, 7.0, dtype=np.float32), "the held-back receive")
+
+    def test_receive_of_another_size_fails(self):
+        if self.n == 1:
+            return
+        if self.r == 0:
+            with self.assertRaisesRegex(chorus.MismatchError, "expects exactly 8"):
+                dist.recv(torch.empty(8), src=1, tag=12)
+        elif self.r == 1:
+            dist.send(torch.ones(5), dst=0, tag=12)
+        dist.barrier()
+
     def test_direct_calls_with_bare_tensors_and_no_opts(self):
         pg, n, r = self.pg, self.n, self.r
         t = self.input("float32", 10)

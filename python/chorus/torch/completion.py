@@ -71,8 +71,10 @@ class CompletionThread:
         value, or with the ChorusError. Raises at once if the posting itself fails."""
         return self.submit_entry(coll, args, keepalive, finish, operation, lane).future
 
-    def submit_entry(self, coll, args, keepalive, finish, operation=None, lane=COLLECTIVES):
-        """submit(), returning the queue entry, which settle_now() and try_settle() take."""
+    def submit_entry(self, coll, args, keepalive, finish, operation=None, lane=COLLECTIVES,
+                     is_recv=False):
+        """submit(), returning the queue entry, which settle_now() and try_settle() take.
+        is_recv: a receive, whose record keeps the MessageInfo (source, tag, count)."""
         future = torch.futures.Future()
         with self._cond:
             if self._stopping:
@@ -81,7 +83,7 @@ class CompletionThread:
                 self._start_lane(lane)
             queue = self._queues[lane]
             # Post and enqueue under one lock: queue order is then posting order.
-            record = self._comm.post(coll, args, keepalive, operation)
+            record = self._comm.post(coll, args, keepalive, operation, is_recv=is_recv)
             entry = _Entry(record, future, finish)
             # A request that completed while being posted (one rank, a zero count) and has
             # nothing queued before it is finished here: handing it to the thread would cost

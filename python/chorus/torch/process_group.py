@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from .. import _buffers, _lib
-from ..comm import Communicator
+from ..comm import ANY_SOURCE, Communicator
+from ..errors import python_side_error
 from .completion import COLLECTIVES, POINT_TO_POINT, CompletionThread
 from .sparse import sparse_allreduce
 from .work import ChorusWork, WorkKeeper
@@ -197,6 +198,13 @@ def _copy_flat_out(flat, tensors):
     for tensor in tensors:
         tensor.copy_(flat[offset:offset + tensor.numel()].view(tensor.shape))
         offset += tensor.numel()
+
+
+def _tag(tag):
+    tag = int(tag)
+    if not 0 <= tag <= _lib.TAG_MAX:
+        raise ValueError(f"chorus: tag {tag} is out of range (0..{_lib.TAG_MAX})")
+    return tag
 
 
 def _env_sec(variable):
@@ -434,18 +442,39 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._work("barrier", (), (), lambda: [])
 
     def send(self, tensors, dstRank, tag=0):  # noqa: N803 - c10d's argument names
-        """Point to point. `tag` is accepted for compatibility; Chorus matches messages
-        between a pair of ranks in posting order instead."""
+        """Point to point, tagged: messages between a pair of ranks match by tag, in order.
+        Point-to-point operations progress independently of each other and of collectives."""
         tensors = _single(tensors, "send")
         buf = self._buf(tensors[0], "send")
-        args = (buf.address, buf.count, buf.dtype_code, int(dstRank))
-        return self._work("send", args, (tensors, buf), lambda: tensors, lane=POINT_TO_POINT)
+        args = (buf.address, buf.count, buf.dtype_code, int(dstRank), _tag(tag))
+        return self._work("send_tag", args, (tensors, buf), lambda: tensors, "send",
+                          lane=POINT_TO_POINT)
 
     def recv(self, tensors, srcRank, tag=0):  # noqa: N803
+        return self._recv(tensors, int(srcRank), tag, "recv")
+
+    def recv_anysource(self, tensors, tag=0):
+        """A receive from whichever rank sends first; Work._source_rank() says which."""
+        return self._recv(tensors, ANY_SOURCE, tag, "recv from any source")
+
+    def _recv(self, tensors, source, tag, operation):
         tensors = _single(tensors, "recv")
         buf = self._buf(tensors[0], "recv")
-        args = (buf.address, buf.count, buf.dtype_code, int(srcRank))
-        return self._work("recv", args, (tensors, buf), lambda: tensors, lane=POINT_TO_POINT)
+        args = (buf.address, buf.count, buf.dtype_code, source, _tag(tag))
+        engine = self._engine_or_raise()
+
+        def finish():
+            info = entry.record.info
+            if info is not None and info.count != buf.count:
+                raise python_side_error(
+                    "CHORUS_ERR_MISMATCH", f"rank {info.source} sent {info.count} elements "
+                    f"with tag {info.tag}, the receive expects exactly {buf.count}", operation)
+            return tensors
+
+        entry = engine.submit_entry("recv_tag", args, (tensors, buf), finish, operation,
+                                    POINT_TO_POINT, is_recv=True)
+        return ChorusWork(entry.future, operation, self._keeper, engine=engine, entry=entry,
+                          source_rank=lambda: entry.record.info.source)
 
     # ---- collectives that torch.distributed calls from Python only ----
 
