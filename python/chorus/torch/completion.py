@@ -183,7 +183,9 @@ class CompletionThread:
             entry.future.set_exception(error_for_status(status, detail, operation))
             return
         try:
-            value = entry.finish()
+            # A receive's finishing step reads its record (the message's size and source).
+            value = (entry.finish(entry.record) if getattr(entry.finish, "needs_record", False)
+                     else entry.finish())
         except Exception as exc:  # a failed copy-out must fail the future, not the thread
             entry.future.set_exception(exc)
             return

@@ -463,14 +463,15 @@ class ProcessGroupChorus(dist.ProcessGroup):
         args = (buf.address, buf.count, buf.dtype_code, source, _tag(tag))
         engine = self._engine_or_raise()
 
-        def finish():
-            info = entry.record.info
+        def finish(record):
+            info = record.info
             if info is not None and info.count != buf.count:
                 raise python_side_error(
                     "CHORUS_ERR_MISMATCH", f"rank {info.source} sent {info.count} elements "
                     f"with tag {info.tag}, the receive expects exactly {buf.count}", operation)
             return tensors
 
+        finish.needs_record = True  # it may run inside submit_entry, before entry is bound
         entry = engine.submit_entry("recv_tag", args, (tensors, buf), finish, operation,
                                     POINT_TO_POINT, is_recv=True)
         return ChorusWork(entry.future, operation, self._keeper, engine=engine, entry=entry,
