@@ -5,7 +5,8 @@ keep another backend (e.g. gloo) as the default process group:
     ddp_model.register_comm_hook(state, chorus.torch.allreduce_hook)
 
 The bucket's flat buffer is averaged in place with a non-blocking CHORUS_AVG allreduce; the
-returned future completes from the communicator's completion thread, so backward continues.
+returned future completes from the communicator's completion thread, so backward continues; a
+failed allreduce fails it, and DDP's backward raises the library's error.
 """
 
 import itertools
@@ -15,6 +16,7 @@ import torch.distributed as dist
 from .. import _buffers, _lib
 from ..comm import Communicator
 from .completion import CompletionThread
+from .work import checked_future
 
 _hook_state_counter = itertools.count()
 
@@ -51,5 +53,6 @@ def allreduce_hook(state, bucket):
     buffer = bucket.buffer()
     buf = _buffers.as_buffer(buffer, what="chorus allreduce_hook bucket")
     args = (buf.address, buf.address, buf.count, buf.dtype_code, _lib.OPS["avg"])
-    return state.engine.submit("allreduce", args, (buffer, buf), lambda: buffer,
-                               operation="ddp bucket allreduce")
+    future = state.engine.submit("allreduce", args, (buffer, buf), lambda: buffer,
+                                 operation="ddp bucket allreduce")
+    return checked_future(future)  # a failure must fail DDP's backward

@@ -1,24 +1,28 @@
 """ProcessGroupChorus: a torch.distributed ProcessGroup (torch 1.13 Python subclass) whose
 collectives run on a Chorus communicator bootstrapped through the c10d store it is given.
 
-Every call posts a Chorus non-blocking operation and returns a Work made with
-_create_work_from_future, completed by the communicator's completion thread, so DDP's bucket
-allreduces overlap with the rest of backward. Methods accept opts=None and a bare tensor where
+Every call posts a Chorus non-blocking operation and returns a ChorusWork (work.py) completed
+by the communicator's completion thread, so DDP's bucket allreduces overlap with the rest of
+backward, and whose wait(), result(), future and DDP's backward raise the library's error
+when the operation fails after posting. Methods accept opts=None and a bare tensor where
 torch passes a list. Tensors are used in place; a staging copy is made only when torch hands
 separate output tensors to a collective that needs one contiguous buffer (allgather,
 reduce_scatter, gather, scatter, alltoall), and skipped when those tensors are already
 consecutive views of one buffer.
 """
 
+import math
 import os
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import _buffers, _lib
-from ..comm import Communicator
-from .completion import CompletionThread
+from ..comm import ANY_SOURCE, Communicator
+from ..errors import python_side_error
+from .completion import COLLECTIVES, POINT_TO_POINT, CompletionThread
+from .sparse import sparse_allreduce
+from .work import ChorusWork, WorkKeeper
 
 BACKEND_NAME = "chorus"
 UNIQUE_ID_KEY = "chorus_unique_id"
@@ -153,9 +157,68 @@ def _copy_blocks_in(flat, tensors):
         flat.view(len(tensors), -1)[index].copy_(tensor.reshape(-1))
 
 
+def _coalesced_buffer(tensors, what):
+    """(flat, needs_copy): one contiguous 1-D buffer holding the tensors end to end, itself
+    when they already are consecutive views of one storage."""
+    if not tensors:
+        raise ValueError(f"chorus: {what} needs at least one tensor")
+    first = tensors[0]
+    for tensor in tensors:
+        if tensor.dtype != first.dtype:
+            raise ValueError(f"chorus: {what} needs tensors of one dtype, got {first.dtype} "
+                             f"and {tensor.dtype}")
+        if not tensor.is_cpu or tensor.layout != torch.strided:
+            raise ValueError(f"chorus: {what} needs dense CPU tensors")
+    total = sum(tensor.numel() for tensor in tensors)
+    if _laid_end_to_end(tensors):
+        return first.as_strided((total,), (1,), first.storage_offset()), False
+    return torch.empty(total, dtype=first.dtype), True
+
+
+def _laid_end_to_end(tensors):
+    first = tensors[0]
+    address = first.data_ptr()
+    for tensor in tensors:
+        if (not tensor.is_contiguous() or tensor.data_ptr() != address
+                or tensor.storage().data_ptr() != first.storage().data_ptr()):
+            return False
+        address += tensor.numel() * tensor.element_size()
+    return True
+
+
+def _copy_flat_in(flat, tensors):
+    offset = 0
+    for tensor in tensors:
+        flat[offset:offset + tensor.numel()].copy_(tensor.reshape(-1))
+        offset += tensor.numel()
+
+
+def _copy_flat_out(flat, tensors):
+    offset = 0
+    for tensor in tensors:
+        tensor.copy_(flat[offset:offset + tensor.numel()].view(tensor.shape))
+        offset += tensor.numel()
+
+
+def _tag(tag):
+    tag = int(tag)
+    if not 0 <= tag <= _lib.TAG_MAX:
+        raise ValueError(f"chorus: tag {tag} is out of range (0..{_lib.TAG_MAX})")
+    return tag
+
+
 def _env_sec(variable):
     value = os.environ.get(variable)
     return int(value) if value else 0
+
+
+def _whole_seconds(timeout):
+    """torch's timedelta as the library's whole seconds, rounded up (a 0.5 s timeout must not
+    become 0, which means "the default"); 0 for None."""
+    return math.ceil(timeout.total_seconds()) if timeout is not None else 0
+
+
+_TIMEOUT_STATUS = _lib.status_value("CHORUS_ERR_TIMEOUT")
 
 
 class ProcessGroupChorus(dist.ProcessGroup):
@@ -173,7 +236,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._comm = comm
         self._alone = size == 1
         self._done_memo = None  # (tensor, Work) of the last one-rank call: see _done
-        self._engine = CompletionThread(comm, name=f"chorus-pg-{rank}")
+        self._keeper = WorkKeeper()
+        self._timeout_sec = _env_sec("CHORUS_TIMEOUT_SEC") or _whole_seconds(timeout)
+        self._engine = CompletionThread(comm, name=f"chorus-pg-{rank}",
+                                        describe_failure=self._describe_failure)
 
     @classmethod
     def from_comm(cls, comm):
@@ -194,12 +260,24 @@ class ProcessGroupChorus(dist.ProcessGroup):
         if engine is not None:
             engine.shutdown()
             self._comm.destroy()
+        self._keeper.clear()
 
     # ---- helpers ----
 
-    def _work(self, coll, args, keepalive, finish):
-        future = self._engine_or_raise().submit(coll, args, keepalive, finish)
-        return _create_work_from_future(future)
+    def _work(self, coll, args, keepalive, finish, operation=None, lane=COLLECTIVES):
+        operation = operation or coll
+        engine = self._engine_or_raise()
+        entry = engine.submit_entry(coll, args, keepalive, finish, operation, lane)
+        return ChorusWork(entry.future, operation, self._keeper, engine=engine, entry=entry)
+
+    def _describe_failure(self, status, operation):
+        """The head of a failed operation's error: which backend, operation and rank, and for
+        a timeout the bound that expired, in words torch users (and torch's own tests, which
+        look for " timeout ") recognise. The library's sentence follows."""
+        text = f"chorus {operation} failed on rank {self.rank()}"
+        if status == _TIMEOUT_STATUS and self._timeout_sec:
+            text += f" after the operation timeout ({self._timeout_sec} s)"
+        return text
 
     def _done(self, tensor):
         """A Work already complete with [tensor]: what an in-place allreduce or broadcast is on
@@ -214,7 +292,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
             return memo[1]
         future = torch._C.Future([])  # the C++ future: torch.futures.Future adds Python steps
         future.set_result([tensor])
-        work = _create_work_from_future(future)
+        work = ChorusWork(future, "one-rank call", self._keeper)
         self._done_memo = (tensor, work)
         return work
 
@@ -235,6 +313,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
             if tensor is not None and _reduce_op_of(opts):  # raises for an unsupported op
                 return self._done(tensor)
         tensors = _single(tensors, "allreduce")
+        if tensors[0].layout == torch.sparse_coo:
+            return sparse_allreduce(self, tensors[0], _reduce_op_of(opts))
         buf = self._buf(tensors[0], "allreduce")
         op = self._comm_op(_reduce_op_of(opts))
         args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
@@ -270,13 +350,17 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._work("allgather", args, (inputs, outs, flat, send, recv), finish)
 
     def _allgather_base(self, output_tensor, input_tensor, opts=None):
+        return self._allgather_flat(output_tensor, input_tensor, "allgather")
+
+    def _allgather_flat(self, output_tensor, input_tensor, operation, finish=None):
+        """Allgather between two contiguous tensors; finish() gives the Work's value."""
         send = self._buf(input_tensor, "allgather input")
         recv = self._buf(output_tensor, "allgather output")
         if recv.count != send.count * self.size() or recv.dtype != send.dtype:
             raise ValueError("chorus: allgather output must hold size x input elements")
         args = (send.address, recv.address, send.count, send.dtype_code)
         return self._work("allgather", args, (input_tensor, output_tensor, send, recv),
-                          lambda: [output_tensor])
+                          finish or (lambda: [output_tensor]), operation)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         outputs = _single(output_tensors, "reduce_scatter")
@@ -305,22 +389,93 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._work("reduce_scatter", args, (input_tensor, output_tensor, send, recv),
                           lambda: [output_tensor])
 
+    def allreduce_coalesced(self, tensors, opts=None):
+        """One allreduce over the tensors laid end to end (the fusion NCCL's groups make):
+        tensors of one dtype, as gloo requires; in place when they already are consecutive
+        views of one buffer, else through a staging buffer."""
+        tensors = _as_tensor_list(tensors)
+        flat, needs_copy = _coalesced_buffer(tensors, "allreduce_coalesced")
+        if needs_copy:
+            _copy_flat_in(flat, tensors)
+        buf = self._buf(flat, "allreduce_coalesced")
+        op = self._comm_op(_reduce_op_of(opts))
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
+
+        def finish():
+            if needs_copy:
+                _copy_flat_out(flat, tensors)
+            return tensors
+
+        return self._work("allreduce", args, (tensors, flat, buf), finish,
+                          "allreduce_coalesced")
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        """One allgather of the inputs laid end to end; rank r's block is split into
+        output_lists[r]. Inputs of one dtype (as gloo); outputs shaped like the inputs."""
+        inputs = _as_tensor_list(input_tensors)
+        outputs = [_as_tensor_list(outs) for outs in output_lists]
+        if len(outputs) != self.size():
+            raise ValueError(f"chorus: allgather_coalesced needs {self.size()} output lists")
+        for outs in outputs:
+            if len(outs) != len(inputs):
+                raise ValueError("chorus: allgather_coalesced needs one output per input in "
+                                 "every rank's list")
+            for out, tensor in zip(outs, inputs):
+                _check_same_shape([out], tensor, "allgather_coalesced output")
+        send_flat, needs_copy = _coalesced_buffer(inputs, "allgather_coalesced")
+        if needs_copy:
+            _copy_flat_in(send_flat, inputs)
+        recv_flat = torch.empty(self.size() * send_flat.numel(), dtype=send_flat.dtype)
+        send = self._buf(send_flat, "allgather_coalesced input")
+        recv = self._buf(recv_flat, "allgather_coalesced output")
+        args = (send.address, recv.address, send.count, send.dtype_code)
+
+        def finish():
+            for block, outs in zip(recv_flat.view(self.size(), -1), outputs):
+                _copy_flat_out(block, outs)
+            return [out for outs in outputs for out in outs]
+
+        keep = (inputs, outputs, send_flat, recv_flat, send, recv)
+        return self._work("allgather", args, keep, finish, "allgather_coalesced")
+
     def barrier(self, opts=None):
         return self._work("barrier", (), (), lambda: [])
 
     def send(self, tensors, dstRank, tag=0):  # noqa: N803 - c10d's argument names
-        """Point to point. `tag` is accepted for compatibility; Chorus matches messages
-        between a pair of ranks in posting order instead."""
+        """Point to point, tagged: messages between a pair of ranks match by tag, in order.
+        Point-to-point operations progress independently of each other and of collectives."""
         tensors = _single(tensors, "send")
         buf = self._buf(tensors[0], "send")
-        args = (buf.address, buf.count, buf.dtype_code, int(dstRank))
-        return self._work("send", args, (tensors, buf), lambda: tensors)
+        args = (buf.address, buf.count, buf.dtype_code, int(dstRank), _tag(tag))
+        return self._work("send_tag", args, (tensors, buf), lambda: tensors, "send",
+                          lane=POINT_TO_POINT)
 
     def recv(self, tensors, srcRank, tag=0):  # noqa: N803
+        return self._recv(tensors, int(srcRank), tag, "recv")
+
+    def recv_anysource(self, tensors, tag=0):
+        """A receive from whichever rank sends first; Work._source_rank() says which."""
+        return self._recv(tensors, ANY_SOURCE, tag, "recv from any source")
+
+    def _recv(self, tensors, source, tag, operation):
         tensors = _single(tensors, "recv")
         buf = self._buf(tensors[0], "recv")
-        args = (buf.address, buf.count, buf.dtype_code, int(srcRank))
-        return self._work("recv", args, (tensors, buf), lambda: tensors)
+        args = (buf.address, buf.count, buf.dtype_code, source, _tag(tag))
+        engine = self._engine_or_raise()
+
+        def finish(record):
+            info = record.info
+            if info is not None and info.count != buf.count:
+                raise python_side_error(
+                    "CHORUS_ERR_MISMATCH", f"rank {info.source} sent {info.count} elements "
+                    f"with tag {info.tag}, the receive expects exactly {buf.count}", operation)
+            return tensors
+
+        finish.needs_record = True  # it may run inside submit_entry, before entry is bound
+        entry = engine.submit_entry("recv_tag", args, (tensors, buf), finish, operation,
+                                    POINT_TO_POINT, is_recv=True)
+        return ChorusWork(entry.future, operation, self._keeper, engine=engine, entry=entry,
+                          source_rank=lambda: entry.record.info.source)
 
     # ---- collectives that torch.distributed calls from Python only ----
 
@@ -379,6 +534,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
         outs, ins = _as_tensor_list(output_tensors), _as_tensor_list(input_tensors)
         if len(outs) != self.size() or len(ins) != self.size():
             raise ValueError(f"chorus: alltoall needs {self.size()} input and output tensors")
+        if any(t.numel() != ins[0].numel() for t in outs + ins):
+            return self._alltoall_unequal(outs, ins)
         _check_same_shape(outs + ins, ins[0], "alltoall")
         send_flat, send_copy = _block_buffer(ins)
         if send_copy:
@@ -396,10 +553,37 @@ class ProcessGroupChorus(dist.ProcessGroup):
         keep = (outs, ins, send_flat, recv_flat, send, recv)
         return self._work("alltoall", args, keep, finish)
 
+    def _alltoall_unequal(self, outs, ins):
+        """all_to_all with tensors of different sizes: one alltoallv between buffers that
+        hold the inputs, and the outputs, end to end."""
+        send_flat, send_copy = _coalesced_buffer(ins, "all_to_all")
+        if send_copy:
+            _copy_flat_in(send_flat, ins)
+        recv_flat, recv_copy = _coalesced_buffer(outs, "all_to_all")
+        if recv_flat.dtype != send_flat.dtype:
+            raise ValueError("chorus: all_to_all needs inputs and outputs of one dtype")
+        args, keep = self._alltoallv_args(send_flat, [t.numel() for t in ins],
+                                          recv_flat, [t.numel() for t in outs])
+
+        def finish():
+            if recv_copy:
+                _copy_flat_out(recv_flat, outs)
+            return outs
+
+        return self._work("alltoallv", args, (keep, outs, ins, send_flat, recv_flat), finish,
+                          "alltoall")
+
+    def _alltoallv_args(self, send, send_counts, recv, recv_counts):
+        """The chorus_ialltoallv arguments (and the objects they point into) for blocks laid
+        back to back in rank order."""
+        args, keep, _ = self._comm.prepare("alltoallv", send, send_counts, recv_counts, recv)
+        return args, keep
+
     def alltoall_base(self, output_tensor, input_tensor, output_split_sizes,
                       input_split_sizes, opts=None):
         if output_split_sizes or input_split_sizes:
-            raise ValueError("chorus: all_to_all_single supports equal splits only")
+            return self._alltoall_split(output_tensor, input_tensor, output_split_sizes,
+                                        input_split_sizes)
         send = self._buf(input_tensor, "alltoall input")
         recv = self._buf(output_tensor, "alltoall output")
         if send.count != recv.count or send.count % self.size() or send.dtype != recv.dtype:
@@ -408,6 +592,30 @@ class ProcessGroupChorus(dist.ProcessGroup):
         args = (send.address, recv.address, send.count // self.size(), send.dtype_code)
         return self._work("alltoall", args, (input_tensor, output_tensor, send, recv),
                           lambda: [output_tensor])
+
+    def _alltoall_split(self, output_tensor, input_tensor, output_split_sizes,
+                        input_split_sizes):
+        """all_to_all_single with split sizes: rows of dim 0, as torch counts them (an empty
+        list means equal splits), through one alltoallv."""
+        send_counts = self._split_counts(input_tensor, input_split_sizes, "input")
+        recv_counts = self._split_counts(output_tensor, output_split_sizes, "output")
+        args, keep = self._alltoallv_args(input_tensor, send_counts, output_tensor, recv_counts)
+        return self._work("alltoallv", args, (keep, input_tensor, output_tensor),
+                          lambda: [output_tensor], "alltoall")
+
+    def _split_counts(self, tensor, split_sizes, what):
+        rows = tensor.shape[0] if tensor.dim() else 1
+        row_elements = tensor.numel() // rows if rows else 0
+        if not split_sizes:
+            if rows % self.size():
+                raise ValueError(f"chorus: all_to_all_single {what} has {rows} rows, not a "
+                                 f"multiple of the group size {self.size()}")
+            split_sizes = [rows // self.size()] * self.size()
+        split_sizes = [int(rows_of_rank) for rows_of_rank in split_sizes]
+        if len(split_sizes) != self.size() or sum(split_sizes) != rows or min(split_sizes) < 0:
+            raise ValueError(f"chorus: all_to_all_single {what} split sizes {split_sizes} must "
+                             f"be {self.size()} counts of rows adding up to {rows}")
+        return [rows_of_rank * row_elements for rows_of_rank in split_sizes]
 
     @staticmethod
     def _comm_op(name):
@@ -418,7 +626,7 @@ def _comm_from_store(store, rank, size, timeout):
     """Bootstraps a Communicator through the c10d store: rank 0 publishes the unique id.
     torch's timeout bounds set-up and every operation unless CHORUS_TIMEOUT_SEC /
     CHORUS_CONNECT_TIMEOUT_SEC say otherwise."""
-    timeout_sec = int(timeout.total_seconds()) if timeout is not None else 0
+    timeout_sec = _whole_seconds(timeout)
     config = {
         "timeout_sec": 0 if _env_sec("CHORUS_TIMEOUT_SEC") else timeout_sec,
         "connect_timeout_sec": 0 if _env_sec("CHORUS_CONNECT_TIMEOUT_SEC") else timeout_sec,
