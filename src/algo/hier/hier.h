@@ -104,8 +104,9 @@ void chorus__hier_pipe_setup(chorus_hier_pipe_t* p);
 chorus_status_t chorus__hier_pipe_step(chorus_task_t* t, chorus_hier_pipe_t* p); /* INPROGRESS, OK, < 0 */
 void chorus__hier_pipe_free(chorus_hier_pipe_t* p);
 
-/* Elements per pipeline chunk: about 16 chunks, each giving every local rank between 1 and 8
- * pipelining units (CHORUS_BUFF_SIZE: 256 KiB to 2 MiB by default); pipe.c says why. */
+/* Elements per pipeline chunk: about 16 chunks, each giving every local rank between half a
+ * pipelining unit and 8 of them (CHORUS_BUFF_SIZE: 128 KiB to 2 MiB by default); pipe.c says
+ * why. */
 size_t chorus__hier_pipe_elems(size_t count, size_t elem_bytes, int L, size_t unit_bytes);
 
 /* The tag base of stage `stage` (0..2) of chunk `chunk`: phases of one task never match. */

@@ -74,11 +74,12 @@ void chorus__hier_run_free(chorus_hier_run_t* run) {
 /* ---- the pipeline ---- */
 
 /* How a call is cut into pipeline chunks: about HIER_PIPE_CHUNKS of them, each giving every local
- * rank between 1 and HIER_PIPE_MAX_UNITS pipelining units. The first chunk's intra-host phase and
- * the last one's are not overlapped by the other level: on 4 emulated hosts x 2 ranks at
- * 2 Gbit/s a 64 MiB allreduce took 468 ms in 16 chunks against 500 ms in 4 (4 alternating runs
- * each); below a unit per rank every phase across hosts pays its start-up for little (8 chunks
- * of 64 KiB per rank made a 1 MiB allreduce twice as slow as the flat ring). */
+ * rank between half a pipelining unit and HIER_PIPE_MAX_UNITS of them. The first chunk's
+ * intra-host phase and the last one's are not overlapped by the other level. Measured on 4
+ * emulated hosts x 2 ranks at 2 Gbit/s (alternating runs): 64 MiB took 468 ms in 16 chunks
+ * against 500 ms in 4; with at least half a unit (128 KiB) per rank instead of a whole one,
+ * 1 MiB took 6.6-6.7 ms instead of 6.9-8.5 and 4 MiB 26.5 ms instead of 31-34; a quarter unit
+ * gained nothing more and lost at 256 KiB. */
 #define HIER_PIPE_CHUNKS 16
 #define HIER_PIPE_MAX_UNITS 8
 
@@ -159,7 +160,7 @@ void chorus__hier_pipe_free(chorus_hier_pipe_t* p) {
 
 size_t chorus__hier_pipe_elems(size_t count, size_t elem_bytes, int L, size_t unit_bytes) {
   size_t total = count * elem_bytes, per_rank = total / (size_t)L / HIER_PIPE_CHUNKS;
-  if (per_rank < unit_bytes) per_rank = unit_bytes;
+  if (per_rank < unit_bytes / 2) per_rank = unit_bytes / 2;
   if (per_rank > unit_bytes * HIER_PIPE_MAX_UNITS) per_rank = unit_bytes * HIER_PIPE_MAX_UNITS;
   size_t elems = per_rank * (size_t)L / elem_bytes;
   return elems ? elems : 1;
