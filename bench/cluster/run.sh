@@ -127,9 +127,9 @@ tx_sum() { # bytes sent on eth0 by every host so far
 
 iters_for() { # "-n N -w W" by size: enough calls for a stable time, bounded run length
   local b=$1
-  if ((b <= 65536)); then echo "200 20"
-  elif ((b <= 4194304)); then echo "20 5"
-  else echo "3 1"; fi
+  if ((b <= 65536)); then echo "1000 100"
+  elif ((b <= 4194304)); then echo "50 5"
+  else echo "5 1"; fi
 }
 
 # chorus_run LOG NUMBERING ENVVAR=VAL... -- perf args: one chorus-run per host, all bounded.
