@@ -67,6 +67,11 @@ typedef struct chorus_cost_ctx_s {
   int nhosts;
   int max_local; /* ranks on the most populated host */
   int uniform;   /* every host has max_local ranks */
+  /* Ranks per CPU on the busiest machine (emulated hosts share one), and what one rank waiting
+   * for another costs when that is over 1 across hosts: the waited-for rank must first get a
+   * core, which costs about a message between hosts (tune.c). 0 otherwise. */
+  double machine_oversub;
+  double handover_us;
 } chorus_cost_ctx_t;
 
 typedef struct chorus_algo {

@@ -175,6 +175,10 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   if (st < 0) return st;
   comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
   comm->cost.spread = comm->cost.flat;
+  /* Hosts whose ranks share cores (more ranks than CPUs on one machine): every wait for another
+   * rank is a scheduling round; the inter-host alpha, a message that wakes its receiver, prices
+   * it. One host keeps its own figures (the shared-memory prices were measured that way). */
+  comm->cost.handover_us = comm->topo.nhosts > 1 && comm->cost.machine_oversub > 1.0 ? comm->cost.inter.alpha_us : 0.0;
   if (comm->topo.nhosts > 1 && comm->topo.max_local > 1) comm->cost.spread.bytes_per_us /= comm->topo.max_local;
   CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us", source,
           comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us, comm->cost.inter.alpha_us,

@@ -173,6 +173,7 @@ static chorus_status_t gather_infos(chorus_comm_t* comm, chorus_store_t* store,
     }
     memcpy(&infos[p], val, len);
     infos[p].host_id[CHORUS_ADDR_LEN - 1] = infos[p].addr[CHORUS_ADDR_LEN - 1] = '\0';
+    infos[p].machine[sizeof(infos[p].machine) - 1] = '\0';
     free(val);
   }
   return CHORUS_OK;
@@ -209,13 +210,14 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
     }
   }
   st = pick_listen_ip(store_addr, ip, sizeof(ip), err, sizeof(err));
-  chorus_peer_info_t me = {.pid = (int32_t)getpid()};
+  chorus_peer_info_t me;
+  memset(&me, 0, sizeof(me));
+  chorus__peer_info_self(comm, &me);
   if (st >= 0) st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
   if (st < 0) {
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
     goto out;
   }
-  snprintf(me.host_id, sizeof(me.host_id), "%s", comm->host_id);
   char key[64];
   snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, comm->rank);
   st = chorus__store_set(store, key, &me, sizeof(me));
@@ -404,14 +406,15 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
   }
   int n = comm->nranks;
   split_entry_t mine = {color, key, comm->rank}, *all = calloc((size_t)n, sizeof(*all));
-  chorus_peer_info_t me = {.pid = (int32_t)getpid()}, *infos = calloc((size_t)n, sizeof(*infos));
+  chorus_peer_info_t me, *infos = calloc((size_t)n, sizeof(*infos));
+  memset(&me, 0, sizeof(me));
+  chorus__peer_info_self(comm, &me);
   chorus_comm_t* c = NULL;
   int listen_fd = -1;
   char err[300], ip[CHORUS_ADDR_LEN];
   chorus_status_t st = (all && infos) ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
   if (st >= 0) st = chorus_allgather(&mine, all, sizeof(mine), CHORUS_UINT8, comm);
   if (st >= 0 && color != CHORUS_SPLIT_NOCOLOR) {
-    snprintf(me.host_id, sizeof(me.host_id), "%s", comm->host_id);
     snprintf(ip, sizeof(ip), "%s", comm->tp.peers[comm->rank].addr);
     ip[strcspn(ip, ":")] = '\0';
     st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));

@@ -259,6 +259,30 @@ void chorus__host_id(char* out, size_t outlen) {
   snprintf(out, outlen, "%s%s%s", host, boot[0] ? "/" : "", boot);
 }
 
+void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me) {
+  me->pid = (int32_t)getpid();
+  snprintf(me->host_id, sizeof(me->host_id), "%s", comm->host_id);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  me->cpus = cpus > 0 ? (int32_t)cpus : 1;
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(me->machine, sizeof(me->machine), f)) snprintf(me->machine, sizeof(me->machine), "%s", comm->host_id);
+  if (f) fclose(f);
+  me->machine[strcspn(me->machine, "\n")] = '\0';
+}
+
+/* Ranks per CPU on the busiest machine. Emulated hosts (network namespaces, CHORUS_HOST_ID) or
+ * containers can share one machine's cores, which the host ids do not show. */
+static double machine_oversubscription(const chorus_peer_info_t* infos, int n) {
+  double worst = 0.0;
+  for (int r = 0; r < n; r++) {
+    int same = 0;
+    for (int q = 0; q < n; q++) same += strncmp(infos[q].machine, infos[r].machine, sizeof(infos[r].machine)) == 0;
+    double per_cpu = (double)same / (infos[r].cpus > 0 ? infos[r].cpus : 1);
+    if (per_cpu > worst) worst = per_cpu;
+  }
+  return worst;
+}
+
 /* The topology (core/topo) from every rank's host id, and the queries' figures. */
 static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_info_t* infos) {
   const char** ids = malloc((size_t)comm->nranks * sizeof(*ids));
@@ -275,6 +299,7 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   comm->cost.uniform = comm->topo.uniform;
   comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
   comm->cost.spread = comm->cost.flat; /* until tune.c divides it */
+  comm->cost.machine_oversub = machine_oversubscription(infos, comm->nranks);
   /* More ranks than CPUs on this host: a waiting rank may hold the core of the rank it waits
    * for, so it yields from its first idle polls on instead of busy-polling first. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);

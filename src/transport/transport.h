@@ -124,7 +124,8 @@ typedef struct {
   char host_id[CHORUS_ADDR_LEN];
   char addr[CHORUS_ADDR_LEN]; /* "ip:port" of the rank's listener */
   int32_t pid;
-  int32_t reserved;
+  int32_t cpus;                /* online CPUs of its machine */
+  char machine[CHORUS_ADDR_LEN]; /* its machine: the kernel's boot id, whatever host id it claims */
 } chorus_peer_info_t;
 
 /* Connection handshake: what a connecting rank sends first. */

@@ -170,7 +170,7 @@ static double rd_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx
   int intra = chorus__rd_intra_rounds(cx, t->nranks);
   double inter = sh.rounds - intra + (sh.rem ? 2 : 0);
   double bytes = (double)t->args.count * (double)t->dtype_size, reduce = bytes / cx->reduce_bytes_per_us;
-  return intra * (cx->intra.alpha_us + bytes / cx->intra.bytes_per_us + reduce) +
+  return intra * (cx->intra.alpha_us + cx->handover_us + bytes / cx->intra.bytes_per_us + reduce) +
          inter * (cx->spread.alpha_us + bytes / cx->spread.bytes_per_us + reduce);
 }
 

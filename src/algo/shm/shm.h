@@ -187,6 +187,7 @@ static inline void chorus__shm_copy_slices_out(chorus_task_t* t, const chorus_sh
 static inline double chorus__shm_cost_us(const chorus_cost_ctx_t* cx, double stages_per_chunk, size_t nchunks,
                                          double bytes_moved) {
   double stage_us = cx->intra.alpha_us / 4.0 > 0.05 ? cx->intra.alpha_us / 4.0 : 0.05;
+  if (cx->handover_us > stage_us) stage_us = cx->handover_us; /* ranks that share cores */
   return stages_per_chunk * (double)(nchunks ? nchunks : 1) * stage_us + bytes_moved / 10000.0;
 }
 
