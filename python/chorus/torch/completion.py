@@ -137,6 +137,12 @@ class CompletionThread:
                 thread.join(_JOIN_TIMEOUT_SEC)
 
     @property
+    def lock(self):
+        """Held while posting: a caller that holds it posts several calls with nothing in
+        between (a group)."""
+        return self._cond
+
+    @property
     def pending(self):
         with self._cond:
             return self._pending()

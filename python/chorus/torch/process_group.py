@@ -13,12 +13,15 @@ consecutive views of one buffer.
 
 import math
 import os
+import threading
 
 import torch
 import torch.distributed as dist
 
 from .. import _buffers, _lib
 from ..comm import ANY_SOURCE, Communicator
+from ..comm import group_end as chorus_group_end
+from ..comm import group_start as chorus_group_start
 from ..errors import python_side_error
 from .completion import COLLECTIVES, POINT_TO_POINT, CompletionThread
 from .sparse import sparse_allreduce
@@ -157,6 +160,48 @@ def _copy_blocks_in(flat, tensors):
         flat.view(len(tensors), -1)[index].copy_(tensor.reshape(-1))
 
 
+def _check_coalesced(tensors, what):
+    """The coalesced calls take dense CPU tensors of one dtype (as gloo)."""
+    if not tensors:
+        raise ValueError(f"chorus: {what} needs at least one tensor")
+    for tensor in tensors:
+        if tensor.dtype != tensors[0].dtype:
+            raise ValueError(f"chorus: {what} needs tensors of one dtype, got {tensors[0].dtype} "
+                             f"and {tensor.dtype}")
+        if not tensor.is_cpu or tensor.layout != torch.strided:
+            raise ValueError(f"chorus: {what} needs dense CPU tensors")
+
+
+def _no_value():
+    return None
+
+
+def _complete_when_all_done(future, parts, finish):
+    """Completes future once every part is done: with finish()'s value, or with the first
+    part's failure (in posting order)."""
+    remaining = [len(parts)]
+    lock = threading.Lock()
+
+    def one_done(_):
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        for part in parts:
+            try:
+                part.value()
+            except Exception as error:  # noqa: BLE001 - the first failure is the Work's
+                future.set_exception(error)
+                return
+        try:
+            future.set_result(finish())
+        except Exception as error:  # noqa: BLE001 - a failed copy-out fails the Work
+            future.set_exception(error)
+
+    for part in parts:
+        part.add_done_callback(one_done)
+
+
 def _coalesced_buffer(tensors, what):
     """(flat, needs_copy): one contiguous 1-D buffer holding the tensors end to end, itself
     when they already are consecutive views of one storage."""
@@ -269,6 +314,23 @@ class ProcessGroupChorus(dist.ProcessGroup):
         engine = self._engine_or_raise()
         entry = engine.submit_entry(coll, args, keepalive, finish, operation, lane)
         return ChorusWork(entry.future, operation, self._keeper, engine=engine, entry=entry)
+
+    def _work_group(self, calls, keepalive, finish, operation):
+        """The calls, each (coll, args) of a chorus_i<coll>, posted as one Chorus group and
+        completed together: the Work's value is finish()'s once every call succeeded, else the
+        first failure. Nothing else is posted on the communicator while the group is open."""
+        engine = self._engine_or_raise()
+        entries = []
+        with engine.lock:
+            chorus_group_start()
+            try:
+                for coll, args in calls:
+                    entries.append(engine.submit_entry(coll, args, keepalive, _no_value, operation))
+            finally:
+                chorus_group_end()
+        future = torch.futures.Future()
+        _complete_when_all_done(future, [entry.future for entry in entries], finish)
+        return ChorusWork(future, operation, self._keeper, engine=engine, entry=entries)
 
     def _describe_failure(self, status, operation):
         """The head of a failed operation's error: which backend, operation and rank, and for
@@ -390,28 +452,29 @@ class ProcessGroupChorus(dist.ProcessGroup):
                           lambda: [output_tensor])
 
     def allreduce_coalesced(self, tensors, opts=None):
-        """One allreduce over the tensors laid end to end (the fusion NCCL's groups make):
-        tensors of one dtype, as gloo requires; in place when they already are consecutive
-        views of one buffer, else through a staging buffer."""
+        """One allreduce per tensor, posted as one Chorus group (chorus_group_start/end), which
+        the library fuses into one operation over the tensors where they lie (NCCL's groups);
+        tensors of one dtype, as gloo requires. A tensor that is not contiguous goes through a
+        contiguous copy."""
         tensors = _as_tensor_list(tensors)
-        flat, needs_copy = _coalesced_buffer(tensors, "allreduce_coalesced")
-        if needs_copy:
-            _copy_flat_in(flat, tensors)
-        buf = self._buf(flat, "allreduce_coalesced")
+        _check_coalesced(tensors, "allreduce_coalesced")
         op = self._comm_op(_reduce_op_of(opts))
-        args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
+        staged = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        bufs = [self._buf(t, "allreduce_coalesced") for t in staged]
+        calls = [("allreduce", (b.address, b.address, b.count, b.dtype_code, op)) for b in bufs]
 
         def finish():
-            if needs_copy:
-                _copy_flat_out(flat, tensors)
+            for tensor, copy in zip(tensors, staged):
+                if copy is not tensor:
+                    tensor.copy_(copy)
             return tensors
 
-        return self._work("allreduce", args, (tensors, flat, buf), finish,
-                          "allreduce_coalesced")
+        return self._work_group(calls, (tensors, staged, bufs), finish, "allreduce_coalesced")
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
-        """One allgather of the inputs laid end to end; rank r's block is split into
-        output_lists[r]. Inputs of one dtype (as gloo); outputs shaped like the inputs."""
+        """One allgather per input, posted as one Chorus group (the library fuses allgathers of
+        one dtype); rank r's block of input i lands in output_lists[r][i]. Inputs of one dtype
+        (as gloo); outputs shaped like the inputs."""
         inputs = _as_tensor_list(input_tensors)
         outputs = [_as_tensor_list(outs) for outs in output_lists]
         if len(outputs) != self.size():
@@ -422,21 +485,22 @@ class ProcessGroupChorus(dist.ProcessGroup):
                                  "every rank's list")
             for out, tensor in zip(outs, inputs):
                 _check_same_shape([out], tensor, "allgather_coalesced output")
-        send_flat, needs_copy = _coalesced_buffer(inputs, "allgather_coalesced")
-        if needs_copy:
-            _copy_flat_in(send_flat, inputs)
-        recv_flat = torch.empty(self.size() * send_flat.numel(), dtype=send_flat.dtype)
-        send = self._buf(send_flat, "allgather_coalesced input")
-        recv = self._buf(recv_flat, "allgather_coalesced output")
-        args = (send.address, recv.address, send.count, send.dtype_code)
+        _check_coalesced(inputs, "allgather_coalesced")
+        sends = [t if t.is_contiguous() else t.contiguous() for t in inputs]
+        recvs = [torch.empty(self.size() * t.numel(), dtype=t.dtype) for t in inputs]
+        send_bufs = [self._buf(t, "allgather_coalesced input") for t in sends]
+        recv_bufs = [self._buf(t, "allgather_coalesced output") for t in recvs]
+        calls = [("allgather", (sb.address, rb.address, sb.count, sb.dtype_code))
+                 for sb, rb in zip(send_bufs, recv_bufs)]
 
         def finish():
-            for block, outs in zip(recv_flat.view(self.size(), -1), outputs):
-                _copy_flat_out(block, outs)
+            for i, recv in enumerate(recvs):
+                for block, outs in zip(recv.view(self.size(), -1), outputs):
+                    outs[i].copy_(block.view_as(outs[i]))
             return [out for outs in outputs for out in outs]
 
-        keep = (inputs, outputs, send_flat, recv_flat, send, recv)
-        return self._work("allgather", args, keep, finish, "allgather_coalesced")
+        keep = (inputs, outputs, sends, recvs, send_bufs, recv_bufs)
+        return self._work_group(calls, keep, finish, "allgather_coalesced")
 
     def barrier(self, opts=None):
         return self._work("barrier", (), (), lambda: [])

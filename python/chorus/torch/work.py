@@ -43,14 +43,15 @@ def checked_future(future):
 
 class ChorusWork(_C10dWork):
     """A posted operation. `future` is the torch.futures.Future the completion thread
-    completes with the operation's value (a list of tensors) or with set_exception."""
+    completes with the operation's value (a list of tensors) or with set_exception; `entry`
+    its queue entry, or the list of them of a group posted as one operation."""
 
     def __init__(self, future, operation, keeper=None, source_rank=None, engine=None,
                  entry=None):
         super().__init__()
         self._future = future
-        self._engine = engine  # the CompletionThread and queue entry, to settle in wait()
-        self._entry = entry
+        self._engine = engine  # the CompletionThread and queue entries, to settle in wait()
+        self._entries = entry if isinstance(entry, list) else [entry]
         self._checked = None  # made by the first get_future(): callers that only wait skip it
         self._operation = operation
         self._source_rank_value = source_rank  # an int, or a callable for any-source receives
@@ -67,7 +68,8 @@ class ChorusWork(_C10dWork):
             if timeout and timeout > _NO_TIMEOUT:
                 self._wait_until_done(timeout)
             elif self._engine is not None:
-                self._engine.settle_now(self._entry)
+                for entry in self._entries:
+                    self._engine.settle_now(entry)
         self._future.wait()  # raises the ChorusError of a failed operation
         return True
 
@@ -122,7 +124,7 @@ class ChorusWork(_C10dWork):
         deadline = time.monotonic() + timeout.total_seconds()
         pause = _FIRST_POLL_SEC
         while not self._future.done():
-            if self._engine is not None and self._engine.try_settle(self._entry):
+            if self._engine is not None and all(self._engine.try_settle(e) for e in self._entries):
                 return
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"chorus: {self._operation} did not complete within "
