@@ -51,7 +51,8 @@
 #define CHORUS_PROTO_VERSION 1
 
 /* Point-to-point frames (match.c) are told from collective frames by their kind (`coll`):
- * collectives use their chorus_coll_t (below CHORUS_FRAME_MSG); a point-to-point message is
+ * collectives use their chorus_coll_t (any but the point-to-point kinds CHORUS_FRAME_MSG = SEND,
+ * RECV and SENDRECV: the variable-size ones are numbered after those); a point-to-point message is
  * either one MSG frame (header and payload: small messages), or an RTS frame (header only: "a
  * message of nbytes waits") answered by a CTS control frame from the receiver once it has
  * matched a receive, and then a DATA frame with the payload (large messages: they never wait

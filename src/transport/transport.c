@@ -348,11 +348,13 @@ static int route_ahead(chorus_transport_t* tp, chorus_stream_t* s, chorus_status
   chorus_match_t* m = &tp->match;
   int wanted = chorus__match_wants(m, s->peer) || tp->gathering || tp->stalled || s->peer_closed;
   if (h->magic != CHORUS_FRAME_MAGIC || !wanted) return 0;
-  if (h->version != CHORUS_PROTO_VERSION || h->comm_id != tp->comm_id || h->coll >= CH_COLL_SEND) {
+  /* The variable-size collectives are numbered after the point-to-point kinds. */
+  int bad_kind = h->coll >= CH_COLL_COUNT || chorus__coll_is_p2p((chorus_coll_t)h->coll);
+  if (h->version != CHORUS_PROTO_VERSION || h->comm_id != tp->comm_id || bad_kind) {
     char d[CHORUS_FRAME_DESC_LEN];
     chorus__frame_describe(h, d, sizeof(d));
     snprintf(tp->err, sizeof(tp->err), "from rank %d (host %s): a frame of another %s: %s", s->peer,
-             tp->peers[s->peer].host, h->coll >= CH_COLL_SEND ? "kind" : "communicator or version", d);
+             tp->peers[s->peer].host, bad_kind ? "kind" : "communicator or version", d);
     tp->err_peer = s->peer;
     *st = CHORUS_ERR_PROTOCOL;
     return 0;
