@@ -37,7 +37,7 @@ TEST_EX(allgather_3p1, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k3p1); 
 TEST_EX(allgather_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 6, k1p2p3); }
 
 TEST_EX(reduce_scatter_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_blocked); }
-TEST_EX(reduce_scatter_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_rr); }
+TEST_EX(reduce_scatter_2x2_rr, 300, "quick_asan") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_rr); }
 TEST_EX(reduce_scatter_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 6, k2x3_rr); }
 TEST_EX(reduce_scatter_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 8, k4x2_rr); }
 TEST_EX(reduce_scatter_3p1, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k3p1); }
