@@ -12,7 +12,7 @@
 TEST_EX(n1, 120, "quick") { mx_run_small(CH_COLL_REDUCE, 1); }
 TEST_EX(n2, 120, "quick") { mx_run_small(CH_COLL_REDUCE, 2); }
 TEST_EX(n3, 120, "quick") { mx_run_small(CH_COLL_REDUCE, 3); }
-TEST_EX(n4, 120, "quick") { mx_run_small(CH_COLL_REDUCE, 4); }
+TEST_EX(n4, 120, "quick_asan") { mx_run_small(CH_COLL_REDUCE, 4); }
 TEST_EX(n5, 120, "full") { mx_run_small(CH_COLL_REDUCE, 5); }
 TEST_EX(n8, 120, "full") { mx_run_small(CH_COLL_REDUCE, 8); }
 TEST_EX(big_n1, 300, "full") { mx_run_big(CH_COLL_REDUCE, 1); }
@@ -22,7 +22,7 @@ TEST_EX(big_n4, 300, "full") { mx_run_big(CH_COLL_REDUCE, 4); }
 TEST_EX(big_n5, 300, "full") { mx_run_big(CH_COLL_REDUCE, 5); }
 TEST_EX(big_n8, 300, "full") { mx_run_big(CH_COLL_REDUCE, 8); }
 TEST_EX(chunked_n2, 120, "quick") { mx_run_chunked(CH_COLL_REDUCE, 2); }
-TEST_EX(chunked_n3, 120, "quick") { mx_run_chunked(CH_COLL_REDUCE, 3); }
+TEST_EX(chunked_n3, 120, "quick_asan") { mx_run_chunked(CH_COLL_REDUCE, 3); }
 TEST_EX(chunked_n8, 120, "full") { mx_run_chunked(CH_COLL_REDUCE, 8); }
 TEST_EX(tcp_n3, 120, "quick") { mx_run_tcp(CH_COLL_REDUCE, 3); }
 TEST_EX(tcp_n5, 120, "full") { mx_run_tcp(CH_COLL_REDUCE, 5); }
