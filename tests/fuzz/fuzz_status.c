@@ -112,11 +112,12 @@ static int oracle_accepts(const setup_t* s, const chorus_frame_hdr_t* h) {
   int subj = (int)subject;
   if (flags & CHORUS_STATUS_GAVE_UP) {
     /* A give-up frame: the sender about itself, no other flag, blaming no rank (-1) or one of
-     * the communicator, with an error status (CHORUS_ERR_INVALID_ARG .. CHORUS_ERR_INTERNAL),
+     * the communicator, with an error status (CHORUS_ERR_INVALID_ARG .. CHORUS_ERR_TRUNCATED, the
+     * last in chorus.h's list),
      * passing on no rank (-1) or another rank of the communicator as the one that gave up first. */
     int status = -(int)(h->nbytes & 0xff), origin = (int)((h->nbytes >> 16) & 0xffff) - 1;
     return flags == CHORUS_STATUS_GAVE_UP && subj == s->sender && h->root >= -1 && h->root < s->nranks &&
-           status <= CHORUS_ERR_INVALID_ARG && status >= CHORUS_ERR_INTERNAL && origin < s->nranks &&
+           status <= CHORUS_ERR_INVALID_ARG && status >= CHORUS_ERR_TRUNCATED && origin < s->nranks &&
            origin != s->sender;
   }
   if ((flags & CHORUS_STATUS_SECONDHAND) == 0) {
