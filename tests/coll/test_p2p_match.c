@@ -352,6 +352,7 @@ static int beside_rank(chorus_comm_t* comm, int rank, void* arg) {
     int32_t* vec = malloc(4096 * sizeof(int32_t));
     int32_t* res = malloc(4096 * sizeof(int32_t));
     size_t gcounts[4], gdispls[4], gtotal = 0;
+    ASSERT_TRUE(n <= 4);
     for (int r = 0; r < n; r++) {
       gcounts[r] = (size_t)(100 * r + 7);
       gdispls[r] = gtotal;
@@ -359,7 +360,7 @@ static int beside_rank(chorus_comm_t* comm, int rank, void* arg) {
     }
     int32_t* gathered = malloc(gtotal * sizeof(int32_t));
     int32_t mine[400];
-    ASSERT_TRUE(msg && vec && res && gathered && n <= 4);
+    ASSERT_TRUE(msg && vec && res && gathered);
     for (int i = 0; i < 4096; i++) vec[i] = rank + i;
     for (size_t i = 0; i < gcounts[rank]; i++) mine[i] = rank * 1000 + (int32_t)i + (int32_t)ci;
     chorus_req_t *ar = NULL, *gr = NULL, *sr = NULL;
