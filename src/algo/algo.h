@@ -38,6 +38,13 @@ typedef struct {
    * the run. */
   const size_t* counts;
   const size_t* displs;
+  /* A fused group operation's members (coll/group.c, task.segs), read and written where they
+   * are instead of through a packed buffer: element e of this run's buffers is element
+   * seg_at + e of the fused vector. NULL: the buffers above. Only the memory-semantics
+   * reduce-scatter (input: the members' send buffers) and allgather (output: their receive
+   * buffers) of shm/group.c take them. */
+  const chorus_seg_t* segs;
+  size_t nsegs, seg_at;
 } chorus_sched_t;
 
 /* The schedule of a whole-communicator call over `group` (the task's own arguments, root
@@ -73,6 +80,16 @@ typedef struct chorus_cost_ctx_s {
   double machine_oversub;
   double handover_us;
 } chorus_cost_ctx_t;
+
+/* What packing costs a fused group operation (task.segs) whose algorithm does not take its
+ * members where they are: they are copied into one vector before it starts and out of it after
+ * it ends, two passes over its bytes that nothing overlaps, at the speed of memory (the
+ * reduction kernels' figure), slowed by the ranks that share each core. 0 for other calls. */
+static inline double chorus__algo_packing_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  if (!t->segs) return 0.0;
+  double bytes = (double)t->args.count * (double)t->dtype_size;
+  return 2.0 * bytes / cx->reduce_bytes_per_us * (cx->machine_oversub > 1.0 ? cx->machine_oversub : 1.0);
+}
 
 typedef struct chorus_algo {
   const char* name;   /* the same string in CHORUS_ALGO, logs, traces, chorus-diag, chorus-perf */

@@ -138,14 +138,14 @@ static inline size_t chorus__chunk_elems(const chorus_task_t* t) {
 
 static inline size_t chorus__div_up(size_t a, size_t b) { return a / b + (a % b != 0); }
 
-/* ---- a fused group operation's members where they are (task.segs) ---- */
+/* ---- a fused group operation's members where they are (task.segs, sched.segs) ---- */
 
-/* The member that holds element e of the fused vector. */
-static inline size_t chorus__seg_at(const chorus_task_t* t, size_t e) {
-  size_t lo = 0, hi = t->nsegs;
+/* The member of segs[0..nsegs) that holds element e of the fused vector. */
+static inline size_t chorus__segs_find(const chorus_seg_t* segs, size_t nsegs, size_t e) {
+  size_t lo = 0, hi = nsegs;
   while (hi - lo > 1) {
     size_t mid = lo + (hi - lo) / 2;
-    if (t->segs[mid].off <= e) lo = mid;
+    if (segs[mid].off <= e) lo = mid;
     else hi = mid;
   }
   return lo;
@@ -153,24 +153,26 @@ static inline size_t chorus__seg_at(const chorus_task_t* t, size_t e) {
 
 /* Walks elements [first, first + m) of the fused vector member by member: *seg, *from (the
  * element in that member) and *n (how many) for each piece; returns 0 past the end. Start
- * with *seg = chorus__seg_at(t, first) and *done = 0. */
-static inline int chorus__seg_next(const chorus_task_t* t, size_t first, size_t m, size_t* seg, size_t* done,
-                                   size_t* from, size_t* n) {
+ * with *seg = chorus__segs_find(segs, nsegs, first) and *done = 0. */
+static inline int chorus__segs_next(const chorus_seg_t* segs, size_t first, size_t m, size_t* seg, size_t* done,
+                                    size_t* from, size_t* n) {
   if (*done >= m) return 0;
-  const chorus_seg_t* g = &t->segs[*seg];
+  const chorus_seg_t* g = &segs[*seg];
   *from = first + *done - g->off;
   *n = g->count - *from < m - *done ? g->count - *from : m - *done;
   return 1;
 }
-#define CHORUS_SEG_FOR_EACH(t, first, m, seg, done, from, n)                                          \
-  for (size_t seg = chorus__seg_at(t, first), done = 0, from = 0, n = 0;                              \
-       chorus__seg_next(t, first, m, &seg, &done, &from, &n); done += n, seg++)
+#define CHORUS_SEGS_FOR_EACH(segs, nsegs, first, m, seg, done, from, n)                               \
+  for (size_t seg = chorus__segs_find(segs, nsegs, first), done = 0, from = 0, n = 0;                 \
+       chorus__segs_next(segs, first, m, &seg, &done, &from, &n); done += n, seg++)
+#define CHORUS_SEG_FOR_EACH(t, first, m, seg, done, from, n) \
+  CHORUS_SEGS_FOR_EACH((t)->segs, (t)->nsegs, first, m, seg, done, from, n)
 
-/* Copies elements [first, first + m) of the members' inputs into dst. */
-static inline void chorus__segs_gather(const chorus_task_t* t, char* dst, size_t first, size_t m) {
-  size_t es = t->dtype_size;
-  CHORUS_SEG_FOR_EACH(t, first, m, seg, done, from, n)
-  memcpy(dst + done * es, (const char*)t->segs[seg].send + from * es, n * es);
+/* Copies elements [first, first + m) of the members' inputs (es bytes each) into dst. */
+static inline void chorus__segs_gather(const chorus_seg_t* segs, size_t nsegs, size_t es, char* dst, size_t first,
+                                       size_t m) {
+  CHORUS_SEGS_FOR_EACH(segs, nsegs, first, m, seg, done, from, n)
+  memcpy(dst + done * es, (const char*)segs[seg].send + from * es, n * es);
 }
 
 #endif /* CHORUS_ALGO_COMMON_H */

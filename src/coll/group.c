@@ -277,6 +277,25 @@ static int post_comm(chorus_comm_t* comm, member_t** calls, size_t n) {
   return drives;
 }
 
+/* A blocking call's status once it has ended. The members of a fused operation end together,
+ * so after the first wait the others have ended already: their status is read without taking
+ * the communicator's lock (it is stored last, with release order). */
+static chorus_status_t wait_call(chorus_req_t* req) {
+  chorus_status_t st = __atomic_load_n(&req->task.status, __ATOMIC_ACQUIRE);
+  return st == CHORUS_INPROGRESS ? chorus__engine_wait(req->task.comm, &req->task) : st;
+}
+
+/* Frees the ended blocking calls ended[0..n), a communicator's run of them under one lock. */
+static void release_ended(member_t* const* ended, size_t n) {
+  chorus_req_t* run[64];
+  for (size_t i = 0; i < n;) {
+    chorus_comm_t* comm = ended[i]->req->task.comm;
+    size_t k = 0;
+    while (i < n && k < 64 && ended[i]->req->task.comm == comm) run[k++] = ended[i++]->req;
+    chorus__engine_release_done(comm, run, k);
+  }
+}
+
 CHORUS_API chorus_status_t chorus_group_end(void) {
   if (group_depth == 0) return CHORUS_ERR_INVALID_USAGE;
   if (--group_depth > 0) return CHORUS_OK;
@@ -308,21 +327,22 @@ CHORUS_API chorus_status_t chorus_group_end(void) {
    * the group's operations from one wait to the next. */
   for (size_t k = 0; k < ncomms; k++)
     if (drives[k]) chorus__engine_hold_bg(comms[k], 1);
+  size_t nended = 0;
   for (size_t i = 0; i < n; i++) {
     if (!calls[i].blocking) continue;
     chorus_req_t* req = calls[i].req;
-    chorus_comm_t* comm = req->task.comm;
     int was_posted = posted && posted[i];
-    chorus_status_t st = was_posted ? chorus__engine_wait(comm, &req->task) : CHORUS_ERR_NO_MEMORY;
+    chorus_status_t st = was_posted ? wait_call(req) : CHORUS_ERR_NO_MEMORY;
     if (st < 0 && first == CHORUS_OK) first = st;
     if (calls[i].info && req->task.got_src >= 0) {
       calls[i].info->source = req->task.got_src;
       calls[i].info->tag = req->task.got_tag;
       calls[i].info->count = req->task.got_count;
     }
-    if (was_posted) chorus__engine_release(comm, req);
+    if (was_posted && mine) mine[nended++] = &calls[i];
     else free(req);
   }
+  release_ended(mine, nended);
   /* What the group left running (its non-blocking calls) goes to the background threads. */
   for (size_t k = 0; k < ncomms; k++)
     if (drives[k]) chorus__engine_hold_bg(comms[k], 0);

@@ -36,7 +36,7 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
    * it still supports the call (support can depend on more than the key, e.g. buffers). */
   const chorus_coll_args_t* a0 = &t->args;
   uint64_t key[3] = {(uint64_t)a0->dtype | (uint64_t)a0->op << 8 | (uint64_t)(uint32_t)a0->root << 16 |
-                         (uint64_t)(a0->sendbuf == a0->recvbuf) << 48,
+                         (uint64_t)(a0->sendbuf == a0->recvbuf) << 48 | (uint64_t)(t->segs != NULL) << 49,
                      a0->count, a0->recvcount ^ (uint64_t)(uint32_t)a0->peer << 40};
   const chorus_algo_t* cached = comm->picked[coll].algo;
   if (cached && memcmp(key, comm->picked[coll].key, sizeof(key)) == 0 &&
@@ -55,6 +55,7 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
     const chorus_algo_t* a = chorus__algos[i];
     if (a->coll != coll || (a->supported && !a->supported(t))) continue;
     double us = a->cost_us ? a->cost_us(t, &comm->cost) : 0.0;
+    if (!a->takes_segments && us < DBL_MAX) us += chorus__algo_packing_us(t, &comm->cost);
     if (us < best_us) {
       best = a;
       best_us = us;

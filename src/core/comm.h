@@ -132,6 +132,8 @@ void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st);
 /* Waits for every queued task, then stops the background thread. */
 void chorus__engine_drain(chorus_comm_t* comm);
 void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
+/* Releases n requests of comm that have completed, under one lock (chorus_group_end). */
+void chorus__engine_release_done(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n);
 /* hold = 1: a thread is about to wait for several tasks in a row (chorus_group_end), driving
  * them itself: between two waits, the queued work stays with it rather than go to the
  * background thread. hold = 0 ends that, handing what is left to the background thread. */

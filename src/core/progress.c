@@ -562,6 +562,12 @@ void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req) {
   pthread_mutex_unlock(&comm->mu);
 }
 
+void chorus__engine_release_done(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n) {
+  pthread_mutex_lock(&comm->mu);
+  for (size_t i = 0; i < n; i++) req_unlink_free(comm, reqs[i]);
+  pthread_mutex_unlock(&comm->mu);
+}
+
 void chorus__engine_hold_bg(chorus_comm_t* comm, int hold) {
   pthread_mutex_lock(&comm->mu);
   comm->bg_held += hold ? 1 : -1;

@@ -115,6 +115,40 @@ TEST_EX(fused_allreduce_off_n2, 60, "full") {
   run_on(2, NULL, fused_allreduce_rank);
 }
 
+/* A fused group across hosts through the two-level allreduce's rails (forced), whose
+ * intra-host phases read the members' inputs and write their results where they are instead
+ * of through a packed vector: calls of many sizes, some in place, so that members straddle
+ * pipeline chunks, shared-memory sub-chunks (64 KiB slots) and every local rank's segment;
+ * float32 sum, bfloat16 avg and int32 max, one fused piece each. */
+static int fused_hier_rank(chorus_comm_t* comm, int rank, void* arg) {
+  int n = *(int*)arg;
+  static const size_t counts[] = {70001, 1, 0, 4099, 333, 25000, 7, 131072};
+  static const chorus_dtype_t dts[] = {CHORUS_FLOAT32, CHORUS_BFLOAT16, CHORUS_INT32};
+  static const chorus_op_t ops[] = {CHORUS_SUM, CHORUS_AVG, CHORUS_MAX};
+  calls_t* c = calloc(1, sizeof(*c));
+  ASSERT_NOT_NULL(c);
+  for (int k = 0; k < 36; k++) {
+    mx_spec_t s = {CH_COLL_ALLREDUCE, counts[k % 8], dts[k % 3], ops[k % 3], 0, 0, k % 4 == 1,
+                   ref_mix64(900 + (uint64_t)k)};
+    add(c, s, k % 5 != 0, rank, n);
+  }
+  run_group(comm, c);
+  free(c);
+  return 0;
+}
+
+static void run_fused_hier(int n, const int* hosts) {
+  setenv("CHORUS_ALGO", "allreduce:hier/ring", 1);
+  setenv("CHORUS_GROUP_FUSE_BYTES", "4194304", 1);
+  setenv("CHORUS_SHM_SLOT_SIZE", "65536", 1);
+  run_on(n, hosts, fused_hier_rank);
+}
+TEST(fused_hier_hosts_2x2) { run_fused_hier(4, kHosts4); }
+TEST_EX(fused_hier_hosts_2x3, 120, "full") {
+  static const int hosts[] = {0, 0, 0, 1, 1, 1};
+  run_fused_hier(6, hosts);
+}
+
 /* Allgathers of two dtypes (one in place) fused per dtype, beside allreduces. */
 static int fused_allgather_rank(chorus_comm_t* comm, int rank, void* arg) {
   int n = *(int*)arg;

@@ -29,6 +29,9 @@
  * per stage and slot-sized sub-chunk, bytes at memory speed), inter = the engine's allreduce of
  * S/L on 1/L of the inter-host link (rails) or of S on all of it (leader), and
  * T = intra + inter + (C - 1) max(intra, inter); the cheaper mode and engine win.
+ * A fused group operation (task.segs) in the rails mode with memory semantics reads its members'
+ * inputs in the intra RS and writes their results in the intra AG (shm/group.c); only the
+ * segments each rank carries over its rail live in the packed buffer. Otherwise it is packed.
  * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered (selection falls
  * back to a flat algorithm; a forced hier runs the flat ring and logs it once).
  */
@@ -54,6 +57,7 @@ typedef struct {
   const chorus_ar_engine_t* eng;
   int shm;              /* intra-host phases by memory semantics (else ring over the shared rings) */
   int leader;           /* latency-bound: reduce to local 0, allreduce over rail 0, broadcast */
+  int segs;             /* a fused group's members (task.segs) are the RS input and the AG output */
   size_t* seg_first;    /* L entries each: the segments of the chunk being started */
   size_t* seg_len;
   chorus_hier_pipe_t pipe;
@@ -114,6 +118,11 @@ static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_
   s.count = chunk_elems(h, c);
   s.avg_divisor = 0; /* partial sums: the inter phase divides */
   if (!h->shm) return chorus__hier_run_ring(&s, is_rs ? CHORUS_RING_ALLREDUCE_RS : CHORUS_RING_ALLREDUCE_AG, run);
+  if (h->segs) {
+    s.segs = t->segs;
+    s.nsegs = t->nsegs;
+    s.seg_at = chunk_first(h, c);
+  }
   for (int i = 0; i < h->at.L; i++) chorus__ring_segment(s.count, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
   return chorus__hier_run_shm(t, &s, is_rs ? CHORUS_HIER_SHM_RS : CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len,
                               h->whole.count * h->whole.elem_bytes, run);
@@ -194,6 +203,7 @@ static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
     double intra = leader ? chorus__shm_cost_us(cx, 2, sub_chunks, L * S) + chorus__shm_cost_us(cx, 2, sub_chunks, S)
                           : chorus__shm_cost_us(cx, 2, sub_chunks, 2.0 * S) + chorus__shm_cost_us(cx, 2, ag_chunks, S);
     double us = intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
+    if (leader) us += chorus__algo_packing_us(t, cx); /* only the rails take a fused group's members */
     if (us < best.us) best = (hier_plan_t){leader, eng, us};
   }
   return best;
@@ -219,6 +229,9 @@ static chorus_status_t hier_init(chorus_task_t* t) {
     h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
     if (!h->seg_first) st = CHORUS_ERR_NO_MEMORY;
     else h->seg_len = h->seg_first + h->at.L;
+    /* Only the memory-semantics phases of the rails mode read and write a fused group's
+     * members where they are; otherwise the group packs them (coll/group.c). */
+    h->segs = t->segs && h->shm && !h->leader;
     h->pipe.nchunks = chorus__div_up(h->whole.count, h->pipe_elems);
     h->pipe.nstages = 3;
     h->pipe.level[STAGE_RS] = h->pipe.level[STAGE_AG] = CHORUS_HIER_INTRA;
@@ -231,6 +244,10 @@ static chorus_status_t hier_init(chorus_task_t* t) {
     CH_DEBUG(ALGO, t->rank, "allreduce hier: %s, %s across hosts, %zu chunks, intra-host phases %s",
              h->leader ? "leader (local 0 carries all)" : "rails", h->eng ? h->eng->name : "?", h->pipe.nchunks,
              h->shm ? "by memory semantics" : "over the shared rings (no segment)");
+  }
+  if (!h->segs) {
+    t->segs = NULL;
+    t->nsegs = 0;
   }
   if (st < 0) hier_fini(t);
   return st;
@@ -258,4 +275,5 @@ const chorus_algo_t chorus__algo_hier_allreduce = {
     .progress = hier_progress,
     .fini = hier_fini,
     .sub_name = sub_name,
+    .takes_segments = 1,
 };

@@ -18,6 +18,10 @@
  * Broadcast from a root, chunks of one slot: the root copies in (S), the others copy out (S).
  * Cost: 2 flag waits per chunk + those bytes at memory speed (shm.h, chorus__shm_cost_us).
  * Every piece is combined by one member in a fixed order, so all members end with the same bits.
+ * A fused group operation (sched.segs) is read and written where its members are: the
+ * reduce-scatter gathers its input from their send buffers (its own piece too, into the unused
+ * place of its slot) and the allgather scatters its output into their receive buffers, so the
+ * group need not pack them into one vector and unpack it (two passes over all the data).
  */
 #include "algo/shm/group.h"
 
@@ -39,6 +43,8 @@ struct chorus_shm_group {
   int root;      /* reduce, broadcast */
   size_t* first; /* per member, elements (reduce, broadcast: the whole buffer for everyone) */
   size_t* len;
+  const chorus_seg_t* segs; /* RS input, AG output: a fused operation's members (sched.segs) */
+  size_t nsegs, seg_at;
 };
 
 int chorus__shm_group_ok(const chorus_task_t* t, const chorus_sched_t* s) {
@@ -53,9 +59,26 @@ static size_t piece_len(const chorus_shm_group_t* g, int i, size_t k) {
   return g->len[i] > from ? chorus__min_sz(g->len[i] - from, g->op.chunk_elems) : 0;
 }
 
-/* Member i's piece of chunk k in a buffer laid out as the whole (element offsets). */
-static size_t piece_off(const chorus_shm_group_t* g, int i, size_t k) {
-  return (g->first[i] + k * g->op.chunk_elems) * g->es;
+/* Member i's piece of chunk k in a buffer laid out as the whole: its first element, and its
+ * byte offset. */
+static size_t piece_first(const chorus_shm_group_t* g, int i, size_t k) { return g->first[i] + k * g->op.chunk_elems; }
+static size_t piece_off(const chorus_shm_group_t* g, int i, size_t k) { return piece_first(g, i, k) * g->es; }
+
+/* The RS input: m elements from element e of the send buffer, or of the fused members'. */
+static void rs_input(const chorus_shm_group_t* g, char* dst, size_t e, size_t m) {
+  if (g->segs) chorus__segs_gather(g->segs, g->nsegs, g->es, dst, g->seg_at + e, m);
+  else memcpy(dst, g->sendbuf + e * g->es, m * g->es);
+}
+
+/* The AG output: m elements from src to element e of the receive buffer, or of the fused
+ * members'. */
+static void ag_output(const chorus_shm_group_t* g, size_t e, const char* src, size_t m) {
+  if (!g->segs) {
+    chorus__shm_copy_out(&g->op, g->recvbuf + e * g->es, src, m * g->es);
+    return;
+  }
+  CHORUS_SEGS_FOR_EACH(g->segs, g->nsegs, g->seg_at + e, m, seg, done, from, n)
+  chorus__shm_copy_out(&g->op, (char*)g->segs[seg].recv + from * g->es, src + done * g->es, n * g->es);
 }
 
 static chorus_status_t start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first, const size_t* len,
@@ -85,6 +108,11 @@ static chorus_status_t start(chorus_task_t* t, const chorus_sched_t* s, const si
   g->dtype = s->dtype;
   g->avg_divisor = s->avg_divisor;
   g->root = s->root;
+  if (kind == GROUP_RS || kind == GROUP_AG) {
+    g->segs = s->segs;
+    g->nsegs = s->nsegs;
+    g->seg_at = s->seg_at;
+  }
   size_t slot = chorus__conn_shm_slot_bytes(t);
   size_t per_chunk = kind == GROUP_RS ? slot / ((size_t)n * g->es) : slot / g->es;
   int reduces = kind == GROUP_RS || kind == GROUP_REDUCE;
@@ -126,13 +154,14 @@ chorus_status_t chorus__shm_group_bcast_start(chorus_task_t* t, const chorus_sch
   return start_whole(t, s, GROUP_BCAST, out);
 }
 
-/* RS copy-in: the other members' pieces of chunk k, each at its member's place in my slot. */
+/* RS copy-in: the other members' pieces of chunk k, each at its member's place in my slot; a
+ * fused operation's own piece too, at my place (which no other member reads). */
 static void rs_stage(chorus_task_t* t, chorus_shm_group_t* g, char* slot) {
   (void)t;
   chorus_shm_op_t* s = &g->op;
   for (int i = 0; i < s->n; i++) {
     size_t m = piece_len(g, i, s->k);
-    if (i != s->me && m) memcpy(slot + (size_t)i * s->chunk_elems * g->es, g->sendbuf + piece_off(g, i, s->k), m * g->es);
+    if ((i != s->me || g->segs) && m) rs_input(g, slot + (size_t)i * s->chunk_elems * g->es, piece_first(g, i, s->k), m);
   }
 }
 
@@ -143,7 +172,7 @@ static void rs_reduce(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   size_t m = piece_len(g, s->me, s->k), at = (size_t)s->me * s->chunk_elems * g->es;
   if (!m) return;
   char* dst = g->recvbuf + piece_off(g, s->me, s->k);
-  const char* own = g->sendbuf + piece_off(g, s->me, s->k);
+  const char* own = g->segs ? chorus__conn_shm_slot(t, s->me, which) + at : g->sendbuf + piece_off(g, s->me, s->k);
   if (s->n == 1) chorus__algo_copy(dst, own, m * g->es);
   for (int i = 0, combined = 0; i < s->n; i++) {
     if (i == s->me) continue;
@@ -158,14 +187,15 @@ static void ag_stage(chorus_shm_group_t* g, char* slot) {
   size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
   if (!m) return;
   memcpy(slot, g->sendbuf + off, m * g->es);
-  chorus__algo_copy(g->recvbuf + off, g->sendbuf + off, m * g->es);
+  if (g->segs) ag_output(g, piece_first(g, s->me, s->k), g->sendbuf + off, m);
+  else chorus__algo_copy(g->recvbuf + off, g->sendbuf + off, m * g->es);
 }
 
 static void ag_copy_out(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   chorus_shm_op_t* s = &g->op;
   for (int i = 0; i < s->n; i++) {
     size_t m = piece_len(g, i, s->k);
-    if (i != s->me && m) chorus__shm_copy_out(s, g->recvbuf + piece_off(g, i, s->k), chorus__conn_shm_slot(t, i, which), m * g->es);
+    if (i != s->me && m) ag_output(g, piece_first(g, i, s->k), chorus__conn_shm_slot(t, i, which), m);
   }
 }
 

@@ -135,7 +135,7 @@ static inline int chorus__shm_stage_in_segs(chorus_task_t* t, chorus_shm_op_t* s
                                             chorus_status_t* st) {
   if (!chorus__shm_slot_free(t, s, st)) return 0;
   uint64_t id = chorus__shm_id(s);
-  chorus__segs_gather(t, chorus__conn_shm_slot(t, t->rank, (int)(id & 1)), first, m);
+  chorus__segs_gather(t->segs, t->nsegs, t->dtype_size, chorus__conn_shm_slot(t, t->rank, (int)(id & 1)), first, m);
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;
