@@ -381,7 +381,7 @@ CHORUS_API chorus_status_t chorus_sendrecv(const void* sendbuf, size_t sendcount
  *   it before (chorus_wait) is ERR_INVALID_USAGE, chorus_test says not done.
  * chorus_group_end posts the calls of each communicator together: allreduces of the same
  * dtype and op are fused into one allreduce over the concatenation of their vectors (in
- * pieces of at most CHORUS_GROUP_FUSE_BYTES, 1 MiB; read and written where they are by the
+ * pieces of at most CHORUS_GROUP_FUSE_BYTES, 1 MiB on one host and 4 MiB across hosts; read and written where they are by the
  * algorithms that can (shm on one host, hier's rails across hosts), else packed into a library
  * buffer), allgathers of the same dtype into one allgather,
  * barriers into one barrier; the other collectives run one after the other in the order

@@ -19,8 +19,8 @@
  * Cost: 2 flag waits per chunk + those bytes at memory speed (shm.h, chorus__shm_cost_us).
  * Every piece is combined by one member in a fixed order, so all members end with the same bits.
  * A fused group operation (sched.segs) is read and written where its members are: the
- * reduce-scatter gathers its input from their send buffers (its own piece too, into the unused
- * place of its slot) and the allgather scatters its output into their receive buffers, so the
+ * reduce-scatter gathers its input from their send buffers (and combines its own piece from
+ * them member by member) and the allgather scatters its output into their receive buffers, so the
  * group need not pack them into one vector and unpack it (two passes over all the data).
  */
 #include "algo/shm/group.h"
@@ -154,29 +154,41 @@ chorus_status_t chorus__shm_group_bcast_start(chorus_task_t* t, const chorus_sch
   return start_whole(t, s, GROUP_BCAST, out);
 }
 
-/* RS copy-in: the other members' pieces of chunk k, each at its member's place in my slot; a
- * fused operation's own piece too, at my place (which no other member reads). */
+/* RS copy-in: the other members' pieces of chunk k, each at its member's place in my slot. */
 static void rs_stage(chorus_task_t* t, chorus_shm_group_t* g, char* slot) {
   (void)t;
   chorus_shm_op_t* s = &g->op;
   for (int i = 0; i < s->n; i++) {
     size_t m = piece_len(g, i, s->k);
-    if ((i != s->me || g->segs) && m) rs_input(g, slot + (size_t)i * s->chunk_elems * g->es, piece_first(g, i, s->k), m);
+    if (i != s->me && m) rs_input(g, slot + (size_t)i * s->chunk_elems * g->es, piece_first(g, i, s->k), m);
   }
+}
+
+/* dst = my own input (m elements from element e) op other: from the send buffer, or member by
+ * member from a fused operation's. */
+static void rs_combine_own(const chorus_shm_group_t* g, char* dst, size_t e, const char* other, size_t m) {
+  if (!g->segs) {
+    g->op.reduce(dst, g->sendbuf + e * g->es, other, m);
+    return;
+  }
+  CHORUS_SEGS_FOR_EACH(g->segs, g->nsegs, g->seg_at + e, m, seg, done, from, n)
+  g->op.reduce(dst + done * g->es, (const char*)g->segs[seg].send + from * g->es, other + done * g->es, n);
 }
 
 /* RS reduce: my piece of chunk k, my own input first (in place it is the output, read before it
  * is written), then every other member's in member order. */
 static void rs_reduce(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   chorus_shm_op_t* s = &g->op;
-  size_t m = piece_len(g, s->me, s->k), at = (size_t)s->me * s->chunk_elems * g->es;
+  size_t m = piece_len(g, s->me, s->k), at = (size_t)s->me * s->chunk_elems * g->es, e = piece_first(g, s->me, s->k);
   if (!m) return;
-  char* dst = g->recvbuf + piece_off(g, s->me, s->k);
-  const char* own = g->segs ? chorus__conn_shm_slot(t, s->me, which) + at : g->sendbuf + piece_off(g, s->me, s->k);
-  if (s->n == 1) chorus__algo_copy(dst, own, m * g->es);
+  char* dst = g->recvbuf + e * g->es;
+  if (s->n == 1 && g->segs) rs_input(g, dst, e, m);
+  else if (s->n == 1) chorus__algo_copy(dst, g->sendbuf + e * g->es, m * g->es); /* in place: nothing */
   for (int i = 0, combined = 0; i < s->n; i++) {
     if (i == s->me) continue;
-    s->reduce(dst, combined++ ? dst : own, chorus__conn_shm_slot(t, i, which) + at, m);
+    const char* theirs = chorus__conn_shm_slot(t, i, which) + at;
+    if (combined++) s->reduce(dst, dst, theirs, m);
+    else rs_combine_own(g, dst, e, theirs, m);
   }
   if (g->redop == CHORUS_AVG && g->avg_divisor > 0) chorus__reduce_avg_finish(dst, m, g->dtype, g->avg_divisor);
 }
