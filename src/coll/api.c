@@ -131,9 +131,8 @@ static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int
    * every call gets one on the heap, posted by chorus_group_end. */
   int grouped = !internal && chorus__group_open();
   chorus_req_t on_stack, *req = &on_stack;
-  if (!blocking || grouped) req = __atomic_exchange_n(&comm->spare_req, NULL, __ATOMIC_ACQ_REL);
-  if (req) memset(req, 0, sizeof(*req));
-  else req = calloc(1, sizeof(*req));
+  if (!blocking || grouped) req = chorus__engine_new_req(comm);
+  else memset(req, 0, sizeof(*req));
   if (!req) {
     pthread_mutex_unlock(&comm->mu);
     free(vec);

@@ -236,7 +236,7 @@ void chorus__comm_free(chorus_comm_t* comm) {
   free(comm->p2p_send_seq);
   free(comm->p2p_recv_seq);
   chorus__topo_free(&comm->topo);
-  free(comm->spare_req);
+  chorus__engine_free_spare_reqs(comm); /* drained already, unless set-up failed */
   pthread_mutex_destroy(&comm->mu);
   pthread_cond_destroy(&comm->cv);
   pthread_cond_destroy(&comm->bg_cv);

@@ -62,7 +62,8 @@ struct chorus_comm {
   chorus_task_t *head, *tail; /* collectives, run one at a time in posting order */
   chorus_task_t *p2p_head, *p2p_tail; /* point-to-point operations, all in progress at once */
   chorus_req_t* live;        /* non-blocking requests not yet freed */
-  chorus_req_t* spare_req;   /* atomic: one freed request kept for the next non-blocking call */
+  chorus_req_t* spare_reqs;  /* freed requests kept for the next calls (linked by live_next; mu) */
+  size_t nspare;
   struct {                   /* the last selection per collective, keyed by what decides it */
     const chorus_algo_t* algo;
     uint64_t key[3];
@@ -132,6 +133,10 @@ void chorus__engine_fail(chorus_comm_t* comm, chorus_status_t st);
 /* Waits for every queued task, then stops the background thread. */
 void chorus__engine_drain(chorus_comm_t* comm);
 void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
+/* A zeroed request for a call that needs one on the heap (non-blocking, or in a group): a
+ * freed one kept by the communicator, else a new one; NULL when out of memory. mu held. */
+chorus_req_t* chorus__engine_new_req(chorus_comm_t* comm);
+void chorus__engine_free_spare_reqs(chorus_comm_t* comm);
 /* Releases n requests of comm that have completed, under one lock (chorus_group_end). */
 void chorus__engine_release_done(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n);
 /* hold = 1: a thread is about to wait for several tasks in a row (chorus_group_end), driving
