@@ -3,13 +3,12 @@
  * posting order per stream, a 48-byte header (frame.h) then the payload, written in one call
  * and received straight into the destination buffer once the header has been validated.
  * Messages of CHORUS_STRIPE_MIN_BYTES and more to a TCP peer are cut into one part per socket.
- * Waiting: epoll over the sockets, or, when only same-host peers are pending, this rank's
- * futex doorbell; with both pending, epoll, where same-host peers wake it through its eventfd
- * (they hold copies: shm_setup.c), so neither kind of event waits for the other. Status frames (frame.h) ride on the TCP sockets: a rank that timed out asks
- * its peers, which answer from their progress passes; they never count as progress.
+ * Status frames (frame.h) ride on the TCP sockets between data frames: a rank that timed out
+ * asks its peers, which answer from their progress passes; they never count as progress. The
+ * status exchange itself is in status.c, the waiting in wait.c; both reach the streams through
+ * stream.h.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/clock.h"
 #include "core/log.h"
-#include "transport/transport.h"
-
-/* While shared-memory transfers wait, a rank sleeps on its doorbell at most this long before it
- * looks at the sockets for peers that hung up. */
-#define SHM_LIVENESS_MS 20
+#include "transport/stream.h"
 
 chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int nranks,
                                          uint64_t comm_id) {
@@ -72,8 +66,6 @@ static ssize_t stream_read(chorus_transport_t* tp, chorus_stream_t* s, void* buf
   return s->peer_closed ? -EPIPE : 0;
 }
 
-static void collect_events(chorus_transport_t* tp, int timeout_ms);
-
 /* ---- data path ---- */
 
 void chorus__part_range(size_t nbytes, int n, int i, size_t* off, size_t* len) {
@@ -83,7 +75,7 @@ void chorus__part_range(size_t nbytes, int n, int i, size_t* off, size_t* len) {
 }
 
 /* The part of x that stream s carries. */
-static void stream_part(const chorus_stream_t* s, const chorus_xfer_t* x, size_t nbytes, size_t* off, size_t* len) {
+void chorus__stream_part(const chorus_stream_t* s, const chorus_xfer_t* x, size_t nbytes, size_t* off, size_t* len) {
   chorus__part_range(nbytes, x->nparts, x->nparts > 1 ? s->index : 0, off, len);
 }
 
@@ -108,13 +100,13 @@ static chorus_status_t stream_error(chorus_transport_t* tp, const chorus_stream_
  * CTS frames in the stream itself (between data frames) ---- */
 
 static int data_boundary(const chorus_stream_t* s) { return !s->tx_hdr_off && !s->tx_off; }
-static int tx_at_boundary(const chorus_stream_t* s) { return s->is_shm || (data_boundary(s) && !s->cts_off); }
+int chorus__stream_tx_at_boundary(const chorus_stream_t* s) { return s->is_shm || (data_boundary(s) && !s->cts_off); }
 static int cts_writable(const chorus_stream_t* s) { return data_boundary(s) && (s->is_shm || !s->ctl_off); }
 
 /* Writes queued control frames. A failure only marks the peer closed: the data path, if it
  * needs the peer, reports the error; control frames alone never fail an operation. */
-static void ctl_flush(chorus_stream_t* s) {
-  while (s->ctl_count && tx_at_boundary(s)) {
+void chorus__stream_ctl_flush(chorus_stream_t* s) {
+  while (s->ctl_count && chorus__stream_tx_at_boundary(s)) {
     char* h = (char*)&s->ctl[s->ctl_head];
     struct iovec iov = {h + s->ctl_off, sizeof(chorus_frame_hdr_t) - s->ctl_off};
     ssize_t n = chorus__tcp_writev(s, &iov, 1);
@@ -132,7 +124,7 @@ static void ctl_flush(chorus_stream_t* s) {
   }
 }
 
-static chorus_status_t cts_flush(chorus_transport_t* tp, chorus_stream_t* s) {
+chorus_status_t chorus__stream_cts_flush(chorus_transport_t* tp, chorus_stream_t* s) {
   while (s->cts_count && cts_writable(s)) {
     if (!s->cts_off) {
       memset(&s->cts_hdr, 0, sizeof(s->cts_hdr));
@@ -168,21 +160,21 @@ chorus_status_t chorus__stream_queue_cts(chorus_transport_t* tp, int peer, uint6
   }
   s->cts[(s->cts_head + s->cts_count) % s->cts_cap] = seq;
   s->cts_count++;
-  return cts_flush(tp, s);
+  return chorus__stream_cts_flush(tp, s);
 }
 
-static chorus_status_t stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
+chorus_status_t chorus__stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
   chorus_xfer_t* x;
   for (;;) {
     if (data_boundary(s)) {
-      if (s->ctl_count && !s->is_shm) ctl_flush(s);
-      chorus_status_t st = s->cts_count ? cts_flush(tp, s) : CHORUS_OK;
+      if (s->ctl_count && !s->is_shm) chorus__stream_ctl_flush(s);
+      chorus_status_t st = s->cts_count ? chorus__stream_cts_flush(tp, s) : CHORUS_OK;
       if (st < 0) return st;
       if ((s->ctl_off && !s->is_shm) || s->cts_off) return CHORUS_OK; /* half a control frame out: data must wait */
     }
     if ((x = chorus__xq_head(&s->sendq)) == NULL) break;
     size_t off, len;
-    stream_part(s, x, x->wire_bytes, &off, &len);
+    chorus__stream_part(s, x, x->wire_bytes, &off, &len);
     struct iovec iov[2];
     int niov = 0;
     if (s->tx_hdr_off < sizeof(x->hdr))
@@ -296,7 +288,7 @@ static chorus_status_t handle_cts(chorus_transport_t* tp, chorus_stream_t* s, co
  * and so are abort frames while no receive is posted. 1 when a data frame's header (or an abort
  * frame for the receive at the head) is complete in s->rx_hdr (possibly read earlier, before its
  * receive was posted). */
-static int read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st) {
+int chorus__stream_read_header(chorus_transport_t* tp, chorus_stream_t* s, chorus_status_t* st) {
   for (;;) {
     while (s->rx_hdr_off < sizeof(s->rx_hdr)) {
       ssize_t n = stream_read(tp, s, (char*)&s->rx_hdr + s->rx_hdr_off, sizeof(s->rx_hdr) - s->rx_hdr_off);
@@ -333,7 +325,7 @@ static int route_to_receive(chorus_transport_t* tp, chorus_stream_t* s, chorus_x
     return 0;
   }
   size_t off, len;
-  stream_part(s, x, x->nbytes, &off, &len);
+  chorus__stream_part(s, x, x->nbytes, &off, &len);
   s->rx = (chorus_rx_route_t){x, NULL, x->buf + off, len, len};
   return 1;
 }
@@ -440,16 +432,16 @@ static int stream_needed(const chorus_transport_t* tp, const chorus_stream_t* s)
  * ended its side, a receive from any source, a rank gathering status answers after a timeout
  * or standing still (a peer's question may wait behind its frames), or the last words of a
  * peer that closed its side (route_ahead reads past frames for them). */
-static int stream_wanted(const chorus_transport_t* tp, const chorus_stream_t* s) {
+int chorus__stream_wanted(const chorus_transport_t* tp, const chorus_stream_t* s) {
   int control = tp->gathering || tp->stalled || s->peer_closed;
   return stream_needed(tp, s) || ((tp->match.any_posted || control) && !s->rx_ended);
 }
 
-static chorus_status_t stream_recv(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
-  while (stream_wanted(tp, s)) {
+chorus_status_t chorus__stream_recv(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
+  while (chorus__stream_wanted(tp, s)) {
     chorus_status_t st = CHORUS_OK;
     if (!s->rx_routed) {
-      if (!read_header(tp, s, &st)) {
+      if (!chorus__stream_read_header(tp, s, &st)) {
         /* A peer that closed its side after its last frame is an error only for what needs it:
          * a receive from any source just hears nothing more from it. */
         if (st == CHORUS_ERR_REMOTE && !stream_needed(tp, s)) {
@@ -488,14 +480,13 @@ static chorus_status_t take_early(chorus_transport_t* tp, chorus_stream_t* s, ch
   else s->early_tail = NULL;
   u->next = u->prev = NULL;
   size_t off, len;
-  stream_part(s, x, x->nbytes, &off, &len);
+  chorus__stream_part(s, x, x->nbytes, &off, &len);
   u->claim = x; /* a claimed entry is in no list: the stream's route holds it until it is in */
   u->claim_off = off;
   if (!u->filling) early_filled(tp, u);
   return CHORUS_OK;
 }
 
-static chorus_status_t ctl_read(chorus_transport_t* tp, chorus_stream_t* s);
 
 /* A peer that gave up said so (its give-up frame) just before closing its sockets: read what
  * it sent last before its stream's error is reported, so that the error can say why. The
@@ -505,8 +496,8 @@ static void read_last_words(chorus_transport_t* tp, chorus_stream_t* s) {
   int err_peer = tp->err_peer, moved = 0;
   memcpy(err, tp->err, sizeof(err));
   s->peer_closed = 1; /* past frames nobody asked for yet (route_ahead) */
-  if (s->is_shm) (void)ctl_read(tp, s);
-  else (void)stream_recv(tp, s, &moved);
+  if (s->is_shm) (void)chorus__stream_ctl_read(tp, s);
+  else (void)chorus__stream_recv(tp, s, &moved);
   memcpy(tp->err, err, sizeof(err));
   tp->err_peer = err_peer;
 }
@@ -531,7 +522,7 @@ chorus_status_t chorus__stream_post_parts(chorus_transport_t* tp, chorus_xfer_t*
     /* Start at once when it is first in line: the latency path is one write. */
     if (q->count == 1) {
       int moved = 0;
-      chorus_status_t st = x->is_send ? stream_send(tp, s, &moved) : stream_recv(tp, s, &moved);
+      chorus_status_t st = x->is_send ? chorus__stream_send(tp, s, &moved) : chorus__stream_recv(tp, s, &moved);
       if (st < 0) read_last_words(tp, s);
       if (st < 0) return st;
     }
@@ -544,7 +535,7 @@ chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x) {
 }
 
 /* Reads control frames from a shared-memory stream's socket, where nothing else travels. */
-static chorus_status_t ctl_read(chorus_transport_t* tp, chorus_stream_t* s) {
+chorus_status_t chorus__stream_ctl_read(chorus_transport_t* tp, chorus_stream_t* s) {
   for (;;) {
     ssize_t n = chorus__tcp_read(s, (char*)&s->ctl_rx_hdr + s->ctl_rx_off, sizeof(s->ctl_rx_hdr) - s->ctl_rx_off);
     if (n <= 0) {
@@ -571,10 +562,10 @@ static chorus_status_t ctl_read(chorus_transport_t* tp, chorus_stream_t* s) {
  * for its receive), handling the control frames before it. A closed socket is only noted
  * here; only a malformed control frame is an error. */
 static chorus_status_t stream_idle_read(chorus_transport_t* tp, chorus_stream_t* s) {
-  if (s->is_shm) return ctl_read(tp, s);
+  if (s->is_shm) return chorus__stream_ctl_read(tp, s);
   if (s->rx_routed || s->rx_hdr_off == sizeof(s->rx_hdr)) return CHORUS_OK;
   chorus_status_t st = CHORUS_OK;
-  read_header(tp, s, &st);
+  chorus__stream_read_header(tp, s, &st);
   if (st == CHORUS_ERR_PROTOCOL) return st;
   if (st < 0) {
     s->peer_closed = 1;
@@ -589,300 +580,15 @@ chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved) {
     for (int i = 0; i < peer->nsocks; i++) {
       chorus_stream_t* s = &peer->socks[i];
       chorus_status_t st = CHORUS_OK;
-      if (s->sendq.count || s->cts_count || (s->ctl_count && !s->is_shm)) st = stream_send(tp, s, moved);
-      if (s->ctl_count && s->is_shm) ctl_flush(s);
-      if (st >= 0 && stream_wanted(tp, s)) st = stream_recv(tp, s, moved);
+      if (s->sendq.count || s->cts_count || (s->ctl_count && !s->is_shm)) st = chorus__stream_send(tp, s, moved);
+      if (s->ctl_count && s->is_shm) chorus__stream_ctl_flush(s);
+      if (st >= 0 && chorus__stream_wanted(tp, s)) st = chorus__stream_recv(tp, s, moved);
       if (st >= 0 && s->rx_ready) st = stream_idle_read(tp, s);
       if (st < 0) read_last_words(tp, s);
       if (st < 0) return st;
     }
   }
   return CHORUS_OK;
-}
-
-/* ---- status exchange ---- */
-
-const char* chorus__status_check(const chorus_transport_t* tp, int sender, const chorus_frame_hdr_t* h) {
-  if (h->magic != CHORUS_FRAME_STATUS_MAGIC) return "not a status frame";
-  if (h->version != CHORUS_PROTO_VERSION) return "another protocol version";
-  if (h->comm_id != tp->comm_id) return "another communicator";
-  uint32_t flags = h->tag & ~CHORUS_STATUS_RANK_MASK, subject = h->tag & CHORUS_STATUS_RANK_MASK;
-  if (flags & ~(CHORUS_STATUS_ASK | CHORUS_STATUS_SECONDHAND | CHORUS_STATUS_IN_CALL | CHORUS_STATUS_GAVE_UP))
-    return "unknown flags";
-  /* Only now is the subject trusted as an index. */
-  if (subject >= (uint32_t)tp->nranks) return "impossible rank";
-  if (flags & CHORUS_STATUS_GAVE_UP) {
-    if (flags != CHORUS_STATUS_GAVE_UP || (int)subject != sender) return "a give-up frame not about its sender";
-    if (h->root < -1 || h->root >= tp->nranks) return "a give-up frame blaming an impossible rank";
-    int origin = CHORUS_GAVE_UP_ORIGIN(h->nbytes);
-    if (origin >= tp->nranks || origin == sender) return "a give-up frame passing on an impossible rank";
-    int status = CHORUS_GAVE_UP_STATUS(h->nbytes);
-    if (status >= 0 || strcmp(chorus_status_name((chorus_status_t)status), "CHORUS_UNKNOWN_STATUS") == 0)
-      return "a give-up frame with an unknown status";
-    return NULL;
-  }
-  if (!(flags & CHORUS_STATUS_SECONDHAND)) {
-    if ((int)subject != sender) return "a first-hand status about another rank";
-    if (h->nbytes > h->seq) return "more collectives completed than posted";
-    return NULL;
-  }
-  if (flags & (CHORUS_STATUS_ASK | CHORUS_STATUS_IN_CALL)) return "a second-hand status with first-hand flags";
-  if ((int)subject == sender || (int)subject == tp->rank ||
-      strcmp(tp->peers[subject].host, tp->peers[sender].host) != 0)
-    return "a second-hand status about a rank not on the sender's host";
-  return NULL;
-}
-
-void chorus__transport_send_status(chorus_transport_t* tp, int peer, const chorus_frame_hdr_t* h) {
-  chorus_peer_t* p = &tp->peers[peer];
-  if (p->is_self || !p->nsocks) return;
-  /* A stream whose data is at a frame boundary, so that the frame leaves now; else the first. */
-  chorus_stream_t* s = &p->socks[0];
-  for (int i = 0; i < p->nsocks; i++)
-    if (tx_at_boundary(&p->socks[i])) {
-      s = &p->socks[i];
-      break;
-    }
-  if (s->fd < 0) return;
-  if (s->ctl_count == s->ctl_cap) {
-    size_t cap = s->ctl_cap ? s->ctl_cap * 2 : 4;
-    if (cap > 2 * (size_t)tp->nranks + 4) return; /* a peer that keeps asking gets no more */
-    chorus_frame_hdr_t* q = malloc(cap * sizeof(*q));
-    if (!q) return;
-    for (size_t i = 0; i < s->ctl_count; i++) q[i] = s->ctl[(s->ctl_head + i) % s->ctl_cap];
-    free(s->ctl);
-    s->ctl = q;
-    s->ctl_head = 0;
-    s->ctl_cap = cap;
-  }
-  s->ctl[(s->ctl_head + s->ctl_count) % s->ctl_cap] = *h;
-  s->ctl_count++;
-  ctl_flush(s);
-}
-
-/* How long a rank that gives up may spend telling its peers: finishing the frames its TCP
- * streams are in the middle of (peers that wait for them drain them at once) and writing the
- * give-up frames, for all peers together. */
-#define GIVE_UP_FLUSH_MS 100
-
-/* Waits up to the deadline for room on the stream's socket; 0 when it passed. */
-static int wait_writable(const chorus_stream_t* s, uint64_t deadline_ns) {
-  uint64_t now = chorus__now_ns();
-  if (now >= deadline_ns) return 0;
-  struct pollfd pfd = {.fd = s->fd, .events = POLLOUT};
-  return poll(&pfd, 1, (int)((deadline_ns - now) / 1000000) + 1) > 0 && (pfd.revents & POLLOUT);
-}
-
-/* Writes the rest of the frame (data or control) a TCP stream is in the middle of, so that a
- * frame can follow; its bytes are the real ones, so the peer may even complete a receive with
- * them. 1 when the stream is at a frame boundary. */
-static int finish_frame(chorus_transport_t* tp, chorus_stream_t* s, uint64_t deadline_ns) {
-  while (s->ctl_off || s->cts_off) {
-    if (s->ctl_off) ctl_flush(s);
-    else if (cts_flush(tp, s) < 0) return 0;
-    if ((s->ctl_off || s->cts_off) && (s->peer_closed || !wait_writable(s, deadline_ns))) return 0;
-  }
-  chorus_xfer_t* x = chorus__xq_head(&s->sendq);
-  while (!tx_at_boundary(s) && x) {
-    size_t off, len;
-    stream_part(s, x, x->wire_bytes, &off, &len);
-    struct iovec iov[2];
-    int niov = 0;
-    if (s->tx_hdr_off < sizeof(x->hdr))
-      iov[niov++] = (struct iovec){(char*)&x->hdr + s->tx_hdr_off, sizeof(x->hdr) - s->tx_hdr_off};
-    if (s->tx_off < len) iov[niov++] = (struct iovec){x->buf + off + s->tx_off, len - s->tx_off};
-    ssize_t n = niov ? chorus__tcp_writev(s, iov, niov) : 0;
-    if (n < 0) return 0;
-    size_t sent = (size_t)n, hdr_left = sizeof(x->hdr) - s->tx_hdr_off, to_hdr = sent < hdr_left ? sent : hdr_left;
-    s->tx_hdr_off += to_hdr;
-    s->tx_off += sent - to_hdr;
-    if (s->tx_hdr_off == sizeof(x->hdr) && s->tx_off == len) {
-      chorus__xq_pop(&s->sendq); /* the transfer fails with the communicator: nothing more to do */
-      s->tx_hdr_off = s->tx_off = 0;
-      break;
-    }
-    if (n == 0 && !wait_writable(s, deadline_ns)) return 0;
-  }
-  return tx_at_boundary(s);
-}
-
-void chorus__transport_give_up(chorus_transport_t* tp, const chorus_frame_hdr_t* h) {
-  uint64_t deadline = chorus__now_ns() + (uint64_t)GIVE_UP_FLUSH_MS * 1000000ull;
-  for (int p = 0; p < tp->nranks; p++) {
-    chorus_peer_t* peer = &tp->peers[p];
-    for (int i = 0; i < peer->nsocks; i++) {
-      chorus_stream_t* s = &peer->socks[i];
-      if (s->fd < 0 || s->peer_closed || !finish_frame(tp, s, deadline)) continue;
-      size_t off = 0;
-      while (off < sizeof(*h)) {
-        struct iovec iov = {(char*)h + off, sizeof(*h) - off};
-        ssize_t n = chorus__tcp_writev(s, &iov, 1);
-        if (n < 0 || (n == 0 && !wait_writable(s, deadline))) break;
-        off += (size_t)n;
-      }
-      break; /* one stream per peer */
-    }
-  }
-}
-
-/* One round of a gathering rank's I/O on a stream: data and control frames out, status frames
- * in (through the data path of a TCP stream, which may complete receives on the way). < 0
- * when the stream failed. */
-static chorus_status_t gather_io(chorus_transport_t* tp, chorus_stream_t* s) {
-  int moved = 0;
-  chorus_status_t st = CHORUS_OK;
-  if (s->is_shm) {
-    ctl_flush(s);
-    st = ctl_read(tp, s);
-    return st < 0 ? st : s->peer_closed ? CHORUS_ERR_REMOTE : CHORUS_OK;
-  }
-  st = stream_send(tp, s, &moved);
-  if (st >= 0 && stream_wanted(tp, s)) st = stream_recv(tp, s, &moved);
-  if (st >= 0 && !s->rx_routed && s->rx_hdr_off < sizeof(s->rx_hdr)) read_header(tp, s, &st);
-  return st;
-}
-
-void chorus__transport_gather_status(chorus_transport_t* tp, int wait_ms) {
-  uint64_t deadline = chorus__now_ns() + (uint64_t)wait_ms * 1000000ull;
-  tp->gathering = 1; /* answers may sit behind data frames not yet asked for */
-  for (;;) {
-    int waiting = 0;
-    for (int p = 0; p < tp->nranks; p++) {
-      chorus_peer_t* peer = &tp->peers[p];
-      chorus_rank_status_t* rs = &tp->status[p];
-      for (int i = 0; i < peer->nsocks && !rs->gone; i++)
-        if (gather_io(tp, &peer->socks[i]) < 0) rs->gone = 1;
-      if (p != tp->rank && rs->have < 2 && !rs->gone) waiting++;
-    }
-    uint64_t now = chorus__now_ns();
-    chorus__transport_beat(tp, now); /* a rank gathering verdicts is not stopped */
-    if (!waiting || now >= deadline) break;
-    uint64_t left_ms = (deadline - now) / 1000000 + 1;
-    collect_events(tp, left_ms < 10 ? (int)left_ms : 10);
-  }
-  tp->gathering = 0;
-  tp->err[0] = '\0'; /* failures met here are reported per rank, not as the operation's error */
-}
-
-/* ---- waiting ---- */
-
-/* Which kinds of streams have transfers waiting; whether a shared one could move now. */
-static void pending_kinds(const chorus_transport_t* tp, int* tcp, int* shm, int* shm_ready) {
-  *tcp = *shm = *shm_ready = 0;
-  for (int p = 0; p < tp->nranks; p++) {
-    const chorus_peer_t* peer = &tp->peers[p];
-    for (int i = 0; i < peer->nsocks; i++) {
-      const chorus_stream_t* s = &peer->socks[i];
-      int reads = stream_wanted(tp, s), sends = s->sendq.count || s->cts_count;
-      if (!reads && !sends) continue;
-      if (!s->is_shm) {
-        *tcp = 1;
-        continue;
-      }
-      *shm = 1;
-      if (reads && (!chorus__shm_ring_empty(s->rx_ring) || s->peer_closed)) *shm_ready = 1;
-      if (sends && (chorus__shm_ring_space(s->tx_ring, tp->shm.ring_bytes) || s->peer_closed))
-        *shm_ready = 1;
-    }
-  }
-}
-
-static void collect_events(chorus_transport_t* tp, int timeout_ms) {
-  struct epoll_event evs[64];
-  int n = epoll_wait(tp->epfd, evs, 64, timeout_ms);
-  for (int i = 0; i < n; i++) {
-    chorus_stream_t* s = evs[i].data.ptr;
-    if (!s) {
-      uint64_t v;
-      while (read(tp->wakefd, &v, sizeof(v)) > 0) {
-      }
-    } else {
-      if (evs[i].events & EPOLLIN) s->rx_ready = 1;
-      if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_closed = 1;
-    }
-  }
-}
-
-uint32_t chorus__transport_arm(chorus_transport_t* tp) {
-  return tp->my_bell ? chorus__shm_bell_arm(tp->my_bell) : 0;
-}
-
-void chorus__transport_disarm(chorus_transport_t* tp) {
-  if (tp->my_bell) chorus__shm_bell_disarm(tp->my_bell);
-}
-
-/* 1 when every local peer holds a copy of this rank's eventfd (they say so in their bells
- * once they took them, at creation). */
-static int local_peers_wake_epoll(chorus_transport_t* tp) {
-  if (tp->epoll_wakes) return 1;
-  for (int i = 0; i < tp->shm.nlocal; i++)
-    if (i != tp->shm.my_local && !__atomic_load_n(&chorus__shm_bell(&tp->shm, i)->wakes_all, __ATOMIC_ACQUIRE))
-      return 0;
-  tp->epoll_wakes = 1;
-  return 1;
-}
-
-void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms, uint32_t seen) {
-  int tcp, shm, shm_ready;
-  pending_kinds(tp, &tcp, &shm, &shm_ready);
-  if (!tp->my_bell) {
-    collect_events(tp, timeout_ms);
-    return;
-  }
-  if (tcp) {
-    /* Sockets, and maybe shared memory (rings, or flags of a memory-semantics phase that this
-     * function cannot see): epoll, with the doorbell switched to wake it there. */
-    if (local_peers_wake_epoll(tp)) {
-      int ms = shm_ready || !chorus__shm_bell_arm_epoll(tp->my_bell, seen) ? 0 : timeout_ms;
-      collect_events(tp, ms);
-    } else { /* no way to be woken from epoll: look at shared memory every millisecond */
-      collect_events(tp, timeout_ms < 1 ? timeout_ms : 1);
-    }
-    chorus__transport_disarm(tp);
-    return;
-  }
-  /* Shared-memory transfers, or a memory-semantics collective polling flags: the doorbell. */
-  if (!shm_ready) {
-    int ms = timeout_ms < SHM_LIVENESS_MS ? timeout_ms : SHM_LIVENESS_MS;
-    chorus__shm_bell_wait(tp->my_bell, seen, ms);
-  }
-  chorus__transport_disarm(tp);
-  collect_events(tp, 0); /* peers that died close their sockets */
-}
-
-void chorus__transport_wake(chorus_transport_t* tp) {
-  uint64_t one = 1;
-  if (tp->wakefd >= 0 && write(tp->wakefd, &one, sizeof(one)) < 0) {
-    /* The counter is saturated: a wake-up is already pending. */
-  }
-  if (tp->my_bell) chorus__shm_bell_ring(tp->my_bell, -1); /* in epoll, the write above wakes it */
-}
-
-int chorus__transport_pending_peer(const chorus_transport_t* tp, int* is_send, size_t* bytes_left) {
-  for (int pass = 0; pass < 2; pass++) /* receives first: they are what a rank waits for */
-    for (int p = 0; p < tp->nranks; p++) {
-      const chorus_peer_t* peer = &tp->peers[p];
-      for (int i = 0; i < peer->nsocks; i++) {
-        const chorus_xfer_queue_t* q = pass == 0 ? &peer->socks[i].recvq : &peer->socks[i].sendq;
-        const chorus_xfer_t* x = chorus__xq_head(q);
-        if (!x) continue;
-        *is_send = pass;
-        size_t off, len;
-        chorus__part_range(x->wire_bytes, x->nparts, x->nparts > 1 ? i : 0, &off, &len);
-        *bytes_left = len - (pass == 0 ? peer->socks[i].rx_off : peer->socks[i].tx_off);
-        return p;
-      }
-      if (peer->is_self) {
-        const chorus_xfer_queue_t* q = pass == 0 ? &peer->self_recvq : &peer->self_sendq;
-        const chorus_xfer_t* x = chorus__xq_head(q);
-        if (x) {
-          *is_send = pass;
-          *bytes_left = x->nbytes;
-          return p;
-        }
-      }
-    }
-  return -1;
 }
 
 /* ---- teardown ---- */
