@@ -1,6 +1,8 @@
 /*
  * test_group.c - grouped calls (chorus_group_start/end): many allreduces fused into few
- * (blocking and non-blocking, several dtypes and ops, pieces under CHORUS_GROUP_FUSE_BYTES),
+ * (blocking and non-blocking, several dtypes and ops, pieces under CHORUS_GROUP_FUSE_BYTES,
+ * through the two-level allreduce's rails across emulated hosts, more calls than the requests a
+ * communicator keeps),
  * fused allgathers, a group mixing every collective with point-to-point calls made in an order
  * that would deadlock outside a group, results bitwise against the independent reference
  * (matrix.c); ranks whose groups differ get ERR_MISMATCH on one host and across emulated
@@ -148,6 +150,44 @@ TEST_EX(fused_hier_hosts_2x3, 120, "full") {
   static const int hosts[] = {0, 0, 0, 1, 1, 1};
   run_fused_hier(6, hosts);
 }
+
+/* Two groups of 5000 one-element allreduces, half of them non-blocking: more requests at once
+ * than a communicator keeps for reuse (4096), so the first group ends with some freed and the
+ * second reuses the kept ones. Every result is checked. */
+static int many_calls_rank(chorus_comm_t* comm, int rank, void* arg) {
+  int n = *(int*)arg;
+  enum { CALLS = 5000 };
+  int32_t* in = malloc(CALLS * sizeof(*in));
+  int32_t* out = malloc(CALLS * sizeof(*out));
+  chorus_req_t** reqs = calloc(CALLS, sizeof(*reqs));
+  ASSERT_TRUE(in && out && reqs);
+  for (int round = 0; round < 2; round++) {
+    for (int k = 0; k < CALLS; k++) {
+      in[k] = 7 * k + round + rank;
+      out[k] = -1;
+    }
+    ASSERT_OK(chorus_group_start());
+    for (int k = 0; k < CALLS; k++) {
+      if (k % 2) ASSERT_COMM_OK(comm, chorus_allreduce(&in[k], &out[k], 1, CHORUS_INT32, CHORUS_SUM, comm));
+      else ASSERT_COMM_OK(comm, chorus_iallreduce(&in[k], &out[k], 1, CHORUS_INT32, CHORUS_SUM, comm, &reqs[k]));
+    }
+    ASSERT_COMM_OK(comm, chorus_group_end());
+    for (int k = 0; k < CALLS; k += 2) {
+      ASSERT_COMM_OK(comm, chorus_wait(reqs[k]));
+      chorus_req_free(reqs[k]);
+    }
+    for (int k = 0; k < CALLS; k++) {
+      int32_t want = n * (7 * k + round) + n * (n - 1) / 2;
+      if (out[k] != want) FAIL("round %d, call %d: %d, expected %d", round, k, (int)out[k], (int)want);
+    }
+  }
+  free(in);
+  free(out);
+  free(reqs);
+  return 0;
+}
+
+TEST(many_calls_n2) { run_on(2, NULL, many_calls_rank); }
 
 /* Allgathers of two dtypes (one in place) fused per dtype, beside allreduces. */
 static int fused_allgather_rank(chorus_comm_t* comm, int rank, void* arg) {
