@@ -93,19 +93,12 @@ static int finish_frame(chorus_transport_t* tp, chorus_stream_t* s, uint64_t dea
   }
   chorus_xfer_t* x = chorus__xq_head(&s->sendq);
   while (!chorus__stream_tx_at_boundary(s) && x) {
-    size_t off, len;
-    chorus__stream_part(s, x, x->wire_bytes, &off, &len);
+    size_t len;
     struct iovec iov[2];
-    int niov = 0;
-    if (s->tx_hdr_off < sizeof(x->hdr))
-      iov[niov++] = (struct iovec){(char*)&x->hdr + s->tx_hdr_off, sizeof(x->hdr) - s->tx_hdr_off};
-    if (s->tx_off < len) iov[niov++] = (struct iovec){x->buf + off + s->tx_off, len - s->tx_off};
+    int niov = chorus__stream_tx_iov(s, x, iov, &len);
     ssize_t n = niov ? chorus__tcp_writev(s, iov, niov) : 0;
     if (n < 0) return 0;
-    size_t sent = (size_t)n, hdr_left = sizeof(x->hdr) - s->tx_hdr_off, to_hdr = sent < hdr_left ? sent : hdr_left;
-    s->tx_hdr_off += to_hdr;
-    s->tx_off += sent - to_hdr;
-    if (s->tx_hdr_off == sizeof(x->hdr) && s->tx_off == len) {
+    if (chorus__stream_tx_advance(s, x, (size_t)n, len)) {
       chorus__xq_pop(&s->sendq); /* the transfer fails with the communicator: nothing more to do */
       s->tx_hdr_off = s->tx_off = 0;
       break;

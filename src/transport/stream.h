@@ -17,6 +17,11 @@ chorus_status_t chorus__stream_cts_flush(chorus_transport_t* tp, chorus_stream_t
 /* The byte range of transfer x (nbytes in all) that stream s carries: its part, or the whole. */
 void chorus__stream_part(const chorus_stream_t* s, const chorus_xfer_t* x, size_t nbytes, size_t* off,
                          size_t* len);
+/* What is left of transfer x's frame on stream s (header, then the stream's part of the
+ * payload) as iovecs; returns their number and sets *len to the part's length. */
+int chorus__stream_tx_iov(const chorus_stream_t* s, const chorus_xfer_t* x, struct iovec iov[2], size_t* len);
+/* Counts `sent` bytes of x's frame written; 1 when the whole frame is out. */
+int chorus__stream_tx_advance(chorus_stream_t* s, const chorus_xfer_t* x, size_t sent, size_t len);
 /* One round of sending or receiving on a stream; *moved is set when bytes moved; < 0 when the
  * stream failed. */
 chorus_status_t chorus__stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved);

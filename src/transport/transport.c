@@ -163,6 +163,23 @@ chorus_status_t chorus__stream_queue_cts(chorus_transport_t* tp, int peer, uint6
   return chorus__stream_cts_flush(tp, s);
 }
 
+int chorus__stream_tx_iov(const chorus_stream_t* s, const chorus_xfer_t* x, struct iovec iov[2], size_t* len) {
+  size_t off;
+  chorus__stream_part(s, x, x->wire_bytes, &off, len);
+  int niov = 0;
+  if (s->tx_hdr_off < sizeof(x->hdr))
+    iov[niov++] = (struct iovec){(char*)&x->hdr + s->tx_hdr_off, sizeof(x->hdr) - s->tx_hdr_off};
+  if (s->tx_off < *len) iov[niov++] = (struct iovec){x->buf + off + s->tx_off, *len - s->tx_off};
+  return niov;
+}
+
+int chorus__stream_tx_advance(chorus_stream_t* s, const chorus_xfer_t* x, size_t sent, size_t len) {
+  size_t hdr_left = sizeof(x->hdr) - s->tx_hdr_off, to_hdr = sent < hdr_left ? sent : hdr_left;
+  s->tx_hdr_off += to_hdr;
+  s->tx_off += sent - to_hdr;
+  return s->tx_hdr_off == sizeof(x->hdr) && s->tx_off == len;
+}
+
 chorus_status_t chorus__stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved) {
   chorus_xfer_t* x;
   for (;;) {
@@ -173,22 +190,14 @@ chorus_status_t chorus__stream_send(chorus_transport_t* tp, chorus_stream_t* s, 
       if ((s->ctl_off && !s->is_shm) || s->cts_off) return CHORUS_OK; /* half a control frame out: data must wait */
     }
     if ((x = chorus__xq_head(&s->sendq)) == NULL) break;
-    size_t off, len;
-    chorus__stream_part(s, x, x->wire_bytes, &off, &len);
+    size_t len;
     struct iovec iov[2];
-    int niov = 0;
-    if (s->tx_hdr_off < sizeof(x->hdr))
-      iov[niov++] = (struct iovec){(char*)&x->hdr + s->tx_hdr_off, sizeof(x->hdr) - s->tx_hdr_off};
-    if (s->tx_off < len) iov[niov++] = (struct iovec){x->buf + off + s->tx_off, len - s->tx_off};
+    int niov = chorus__stream_tx_iov(s, x, iov, &len);
     ssize_t n = stream_writev(tp, s, iov, niov);
     if (n < 0) return stream_error(tp, s, "failed while sending", (int)-n);
     if (n == 0) return CHORUS_OK;
-    size_t sent = (size_t)n, hdr_left = sizeof(x->hdr) - s->tx_hdr_off;
-    size_t to_hdr = sent < hdr_left ? sent : hdr_left;
-    s->tx_hdr_off += to_hdr;
-    s->tx_off += sent - to_hdr;
     (*moved)++;
-    if (s->tx_hdr_off < sizeof(x->hdr) || s->tx_off < len) continue;
+    if (!chorus__stream_tx_advance(s, x, (size_t)n, len)) continue;
     chorus__xq_pop(&s->sendq);
     s->tx_hdr_off = s->tx_off = 0;
     if (x->rdv == 1) chorus__match_rts_sent(tp, x); /* the header was the whole frame */
