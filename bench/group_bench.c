@@ -2,9 +2,10 @@
  * group_bench.c - chorus-group-bench: what grouping saves. Times N allreduces of B bytes each
  * (float32 sum, N distinct buffers, out of place) made one by one with blocking calls, and the
  * same N blocking calls made inside chorus_group_start/chorus_group_end (fused into few
- * allreduces by the library), alternating the two, R times; every time is the maximum over
- * ranks, after a barrier. Prints each repetition, the medians and their ratio, and checks the
- * results of a last grouped round bitwise against the exact sums. Any launcher:
+ * allreduces by the library), and, as the floor that fusion can approach, one allreduce of
+ * N x B bytes on contiguous buffers; the three take turns, R times; every time is the maximum
+ * over ranks, after a barrier. Prints each repetition, the medians and the ratios, and checks
+ * the results of a last grouped round bitwise against the exact sums. Any launcher:
  *   build/chorus-run -n 2 build/bench/chorus-group-bench -N 1000 -b 4096 -r 11
  * Exit status 0 when every result was right, 1 otherwise, 2 for bad usage.
  */
@@ -16,17 +17,19 @@
 
 #include "chorus.h"
 
+enum { MODE_ONE, MODE_GROUP, MODE_SINGLE, NMODES }; /* one by one, grouped, one allreduce of it all */
+
 typedef struct {
   int calls;      /* -N */
   size_t bytes;   /* -b, per call */
   int reps;       /* -r */
   int warmup;     /* -w */
-  int only;       /* -m: 0 both, 1 one by one only, 2 grouped only (for profiling) */
+  int only;       /* -m: 0 all, else one mode only (for profiling): MODE_ONE + 1, ... */
 } opts_t;
 
 static int usage(const char* why) {
   fprintf(stderr, "chorus-group-bench: %s\nusage: chorus-group-bench [-N calls (1000)] [-b bytes per call (4096)] "
-          "[-r repetitions (11)] [-w warm-up rounds (2)] [-m both|one|group (both; one mode only, to profile it)]\n",
+          "[-r repetitions (11)] [-w warm-up rounds (2)] [-m all|one|group|single (all; one mode only, to profile it)]\n",
           why);
   return 2;
 }
@@ -42,9 +45,10 @@ static int parse(int argc, char** argv, opts_t* o) {
       case 'r': o->reps = (int)v; break;
       case 'w': o->warmup = (int)v; break;
       case 'm':
-        if (strcmp(optarg, "both") == 0) o->only = 0;
-        else if (strcmp(optarg, "one") == 0) o->only = 1;
-        else if (strcmp(optarg, "group") == 0) o->only = 2;
+        if (strcmp(optarg, "all") == 0 || strcmp(optarg, "both") == 0) o->only = 0;
+        else if (strcmp(optarg, "one") == 0) o->only = MODE_ONE + 1;
+        else if (strcmp(optarg, "group") == 0) o->only = MODE_GROUP + 1;
+        else if (strcmp(optarg, "single") == 0) o->only = MODE_SINGLE + 1;
         else return -1;
         break;
       default: return -1;
@@ -72,17 +76,21 @@ typedef struct {
   size_t count;
   float** send;
   float** recv;
+  float *all_send, *all_recv; /* N x B bytes each, for MODE_SINGLE */
 } bench_t;
 
-/* The slowest rank's time of one round, in seconds; < 0 on a failed call; 0 for a mode left
- * out with -m. */
-static double round_time(bench_t* b, int grouped) {
-  if (b->o.only && b->o.only != 1 + grouped) return 0;
+/* The slowest rank's time of one round of `mode`, in seconds; < 0 on a failed call; 0 for a
+ * mode left out with -m. */
+static double round_time(bench_t* b, int mode) {
+  if (b->o.only && b->o.only != 1 + mode) return 0;
   if (chorus_barrier(b->comm) != CHORUS_OK) return -1;
+  int grouped = mode == MODE_GROUP;
   double t0 = now_sec();
   chorus_status_t st = CHORUS_OK;
   if (grouped) st = chorus_group_start();
-  for (int k = 0; k < b->o.calls && st == CHORUS_OK; k++)
+  if (mode == MODE_SINGLE)
+    st = chorus_allreduce(b->all_send, b->all_recv, b->count * (size_t)b->o.calls, CHORUS_FLOAT32, CHORUS_SUM, b->comm);
+  for (int k = 0; k < b->o.calls && st == CHORUS_OK && mode != MODE_SINGLE; k++)
     st = chorus_allreduce(b->send[k], b->recv[k], b->count, CHORUS_FLOAT32, CHORUS_SUM, b->comm);
   if (grouped) {
     chorus_status_t end = chorus_group_end();
@@ -130,45 +138,51 @@ int main(int argc, char** argv) {
   b.count = b.o.bytes / sizeof(float);
   b.send = calloc((size_t)b.o.calls, sizeof(float*));
   b.recv = calloc((size_t)b.o.calls, sizeof(float*));
-  double* one = calloc((size_t)b.o.reps, sizeof(double));
-  double* grp = calloc((size_t)b.o.reps, sizeof(double));
-  if (!b.send || !b.recv || !one || !grp) return 1;
+  double* t[NMODES];
+  for (int m = 0; m < NMODES; m++) t[m] = calloc((size_t)b.o.reps, sizeof(double));
+  b.all_send = calloc((size_t)b.o.calls, b.o.bytes);
+  b.all_recv = calloc((size_t)b.o.calls, b.o.bytes);
+  if (!b.send || !b.recv || !t[0] || !t[1] || !t[2] || !b.all_send || !b.all_recv) return 1;
   for (int k = 0; k < b.o.calls; k++) {
     b.send[k] = malloc(b.o.bytes);
     b.recv[k] = malloc(b.o.bytes);
     if (!b.send[k] || !b.recv[k]) return 1;
-    for (size_t i = 0; i < b.count; i++) b.send[k][i] = input(k, i, b.rank);
+    for (size_t i = 0; i < b.count; i++) b.send[k][i] = b.all_send[(size_t)k * b.count + i] = input(k, i, b.rank);
   }
   if (b.rank == 0)
     printf("# chorus-group-bench: %d allreduces of %zu bytes (float32 sum) per round, %d ranks on %d host(s)\n"
-           "# one by one: blocking calls in a loop; grouped: the same calls between chorus_group_start/end\n"
-           "# time: slowest rank, after a barrier; %d warm-up rounds of each, then %d alternating\n"
-           "#%5s %14s %14s %8s\n", b.o.calls, b.o.bytes, b.nranks, hosts, b.o.warmup, b.o.reps, "rep",
-           "one-by-one ms", "grouped ms", "ratio");
+           "# one by one: blocking calls in a loop; grouped: the same calls between chorus_group_start/end;\n"
+           "# single: one allreduce of all their bytes (contiguous), the floor grouping can approach\n"
+           "# time: slowest rank, after a barrier; %d warm-up rounds of each, then %d in turn\n"
+           "#%5s %14s %14s %14s %8s\n", b.o.calls, b.o.bytes, b.nranks, hosts, b.o.warmup, b.o.reps, "rep",
+           "one-by-one ms", "grouped ms", "single ms", "ratio");
   int failed = 0;
-  for (int w = 0; w < b.o.warmup && !failed; w++) failed = round_time(&b, 0) < 0 || round_time(&b, 1) < 0;
+  for (int w = 0; w < b.o.warmup && !failed; w++)
+    for (int m = 0; m < NMODES && !failed; m++) failed = round_time(&b, m) < 0;
   for (int r = 0; r < b.o.reps && !failed; r++) {
-    /* Alternate which goes first, so a slow spell of the machine hits both. */
-    int first = r % 2;
-    double t[2];
-    t[first] = round_time(&b, first);
-    t[!first] = round_time(&b, !first);
-    one[r] = t[0];
-    grp[r] = t[1];
-    failed = one[r] < 0 || grp[r] < 0;
+    /* Rotate which goes first, so a slow spell of the machine hits every mode. */
+    for (int i = 0; i < NMODES && !failed; i++) {
+      int m = (r + i) % NMODES;
+      t[m][r] = round_time(&b, m);
+      failed = t[m][r] < 0;
+    }
+    double one = t[MODE_ONE][r], grp = t[MODE_GROUP][r];
     if (!failed && b.rank == 0)
-      printf(" %5d %14.3f %14.3f %8.2f\n", r, one[r] * 1e3, grp[r] * 1e3, grp[r] > 0 ? one[r] / grp[r] : 0.0);
+      printf(" %5d %14.3f %14.3f %14.3f %8.2f\n", r, one * 1e3, grp * 1e3, t[MODE_SINGLE][r] * 1e3,
+             grp > 0 ? one / grp : 0.0);
   }
   /* The check: one more round (grouped, unless -m one) into cleared buffers. */
   for (int k = 0; k < b.o.calls && !failed; k++) memset(b.recv[k], 0xff, b.o.bytes);
-  if (!failed) failed = round_time(&b, b.o.only != 1) < 0;
+  if (!failed) failed = round_time(&b, b.o.only == MODE_ONE + 1 ? MODE_ONE : MODE_GROUP) < 0;
   long wrong = failed ? 1 : count_wrong(&b);
   if (!failed && b.rank == 0) {
-    qsort(one, (size_t)b.o.reps, sizeof(double), cmp_double);
-    qsort(grp, (size_t)b.o.reps, sizeof(double), cmp_double);
-    double m1 = one[b.o.reps / 2], mg = grp[b.o.reps / 2];
+    for (int m = 0; m < NMODES; m++) qsort(t[m], (size_t)b.o.reps, sizeof(double), cmp_double);
+    double m1 = t[MODE_ONE][b.o.reps / 2], mg = t[MODE_GROUP][b.o.reps / 2], ms = t[MODE_SINGLE][b.o.reps / 2];
     printf("# median: one by one %.3f ms (%.2f us per call), grouped %.3f ms (%.2f us per call), ratio %.2f\n",
            m1 * 1e3, m1 * 1e6 / b.o.calls, mg * 1e3, mg * 1e6 / b.o.calls, mg > 0 ? m1 / mg : 0.0);
+    printf("# median: single allreduce of %zu bytes %.3f ms; one by one / single %.2f (the most grouping could "
+           "give), grouped / single %.2f\n",
+           b.o.bytes * (size_t)b.o.calls, ms * 1e3, ms > 0 ? m1 / ms : 0.0, ms > 0 ? mg / ms : 0.0);
     printf("# wrong elements: %ld %s\n", wrong, wrong ? "FAILED" : "OK");
   }
   for (int k = 0; k < b.o.calls; k++) {
@@ -177,8 +191,9 @@ int main(int argc, char** argv) {
   }
   free(b.send);
   free(b.recv);
-  free(one);
-  free(grp);
+  for (int m = 0; m < NMODES; m++) free(t[m]);
+  free(b.all_send);
+  free(b.all_recv);
   chorus_comm_destroy(b.comm);
   return failed || wrong ? 1 : 0;
 }
