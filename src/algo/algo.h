@@ -106,7 +106,8 @@ typedef struct chorus_algo {
    * past the last; the function is NULL when it takes none. */
   const char* (*sub_name)(size_t i);
   /* 1: reads and writes a fused group operation's members where they are (task.segs) instead
-   * of the packed buffer in args, so the group need not pack and unpack them. */
+   * of the packed buffer in args, so the group need not pack and unpack them. Its init may set
+   * task.segs to NULL for a call it serves otherwise (hier's leader mode): the group packs it. */
   int takes_segments;
 } chorus_algo_t;
 

@@ -304,7 +304,7 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   comm->cost.spread = comm->cost.flat; /* until tune.c divides it */
   comm->cost.machine_oversub = machine_oversubscription(infos, comm->nranks);
   /* Across hosts a fused piece pays the two-level pipeline's fill and drain and a round trip
-   * per phase: 4 MiB pieces took 10-25% less time than 1 MiB ones for 1000 grouped 4 KiB
+   * per phase: 4 MiB pieces took 5-20% less time than 1 MiB ones for 1000 grouped 4 KiB
    * allreduces on 4 emulated hosts (docs/group.md); on one host 1 MiB stays in the caches. */
   if (comm->group_fuse_bytes == GROUP_FUSE_BY_TOPOLOGY)
     comm->group_fuse_bytes = comm->topo.nhosts > 1 ? 4u << 20 : 1u << 20;
