@@ -64,17 +64,18 @@ static size_t piece_len(const chorus_shm_group_t* g, int i, size_t k) {
 static size_t piece_first(const chorus_shm_group_t* g, int i, size_t k) { return g->first[i] + k * g->op.chunk_elems; }
 static size_t piece_off(const chorus_shm_group_t* g, int i, size_t k) { return piece_first(g, i, k) * g->es; }
 
-/* The RS input: m elements from element e of the send buffer, or of the fused members'. */
+/* The RS input: m elements from element e of the send buffer (nothing to do when dst is that
+ * place: in place), or of the fused members'. */
 static void rs_input(const chorus_shm_group_t* g, char* dst, size_t e, size_t m) {
   if (g->segs) chorus__segs_gather(g->segs, g->nsegs, g->es, dst, g->seg_at + e, m);
-  else memcpy(dst, g->sendbuf + e * g->es, m * g->es);
+  else chorus__algo_copy(dst, g->sendbuf + e * g->es, m * g->es);
 }
 
-/* The AG output: m elements from src to element e of the receive buffer, or of the fused
- * members'. */
+/* The AG output: m elements from src to element e of the receive buffer (nothing to do when
+ * src is that place: in place), or of the fused members'. */
 static void ag_output(const chorus_shm_group_t* g, size_t e, const char* src, size_t m) {
   if (!g->segs) {
-    chorus__shm_copy_out(&g->op, g->recvbuf + e * g->es, src, m * g->es);
+    if (g->recvbuf + e * g->es != src) chorus__shm_copy_out(&g->op, g->recvbuf + e * g->es, src, m * g->es);
     return;
   }
   CHORUS_SEGS_FOR_EACH(g->segs, g->nsegs, g->seg_at + e, m, seg, done, from, n)
@@ -182,8 +183,7 @@ static void rs_reduce(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   size_t m = piece_len(g, s->me, s->k), at = (size_t)s->me * s->chunk_elems * g->es, e = piece_first(g, s->me, s->k);
   if (!m) return;
   char* dst = g->recvbuf + e * g->es;
-  if (s->n == 1 && g->segs) rs_input(g, dst, e, m);
-  else if (s->n == 1) chorus__algo_copy(dst, g->sendbuf + e * g->es, m * g->es); /* in place: nothing */
+  if (s->n == 1) rs_input(g, dst, e, m);
   for (int i = 0, combined = 0; i < s->n; i++) {
     if (i == s->me) continue;
     const char* theirs = chorus__conn_shm_slot(t, i, which) + at;
@@ -199,8 +199,7 @@ static void ag_stage(chorus_shm_group_t* g, char* slot) {
   size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
   if (!m) return;
   memcpy(slot, g->sendbuf + off, m * g->es);
-  if (g->segs) ag_output(g, piece_first(g, s->me, s->k), g->sendbuf + off, m);
-  else chorus__algo_copy(g->recvbuf + off, g->sendbuf + off, m * g->es);
+  ag_output(g, piece_first(g, s->me, s->k), g->sendbuf + off, m);
 }
 
 static void ag_copy_out(chorus_task_t* t, chorus_shm_group_t* g, int which) {
