@@ -15,8 +15,9 @@
  *         and values 0: it decodes to +0. Otherwise scale = amax / 127 and
  *         q = clamp(rne(x * (127 / amax)), -127, 127), both quotients in float32, rne = round to
  *         nearest even (computed as (v + 1.5*2^23) - 1.5*2^23, exact for |v| < 2^22 under the
- *         default rounding mode). Decoding gives (float)q * scale (one product, no fused
- *         multiply-add).
+ *         default rounding mode). If 127 * scale rounds to infinity (amax near FLT_MAX), scale
+ *         is the next float toward zero instead, so that a finite chunk never decodes to
+ *         infinity. Decoding gives (float)q * scale (one product, no fused multiply-add).
  *   INT4  as INT8 with 7 for 127, q in [-7, 7] stored as 4-bit two's complement, two per byte:
  *         element 2i in the low nibble of byte i, 2i+1 in the high one; ceil(n/2) bytes after the
  *         scales (an odd n leaves the last high nibble 0). C is even, so chunks start on bytes.
@@ -25,6 +26,7 @@
  *         magnitude, comparing (bits & 0x7fffffff) as unsigned integers (so NaN counts above
  *         infinity); among equal magnitudes at the threshold the lower indices win. Decoding
  *         puts the values at their indices (zero elsewhere); decode_add adds them there.
+ *   NONE  the n float32 themselves (a copy); residual x - x, as for the casts.
  *
  * Encoding with a residual (error feedback): residual[i] = x[i] - decode(x)[i] in float32 for
  * FP16, BF16, INT8 and INT4 (NaN where the chunk decodes to NaN), and for TOPK x[i] where i was
