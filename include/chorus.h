@@ -204,6 +204,54 @@ CHORUS_API const char* chorus_comm_last_error(const chorus_comm_t* comm);
  * Not collective. Returns OK, ERR_INVALID_ARG, ERR_SYSTEM (path cannot be written). */
 CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* path);
 
+/* ---- gradient compression ----
+ * A communicator can compress what its float32 sum/avg allreduces send: each rank quantises
+ * its own data once before the reduce-scatter and the owner of each reduced block quantises it
+ * once more before the allgather; the sums are taken in float32 in a fixed order, and every
+ * rank decodes the same bytes, so results are bitwise identical on every rank (but not equal to
+ * an uncompressed allreduce). Scope INTER_HOST (the default) compresses only what crosses
+ * hosts: the two-level allreduce stays exact inside each host and its rails carry the codec's
+ * form; on one host nothing changes, and a communicator whose hosts hold unequal rank counts
+ * compresses every rank's data (the flat compressed allreduce). Scope ALL compresses at every
+ * level, one host included. Other dtypes, other ops and the other collectives are sent
+ * uncompressed, and so are calls whose algorithm CHORUS_ALGO forces to one that does not
+ * compress (every algorithm but `hier` and `zip`). Every rank of a communicator must use the
+ * same setting: the codec is part of each call's signature, so ranks that differ get
+ * ERR_MISMATCH. Wire forms (src/reduce/codec.h): FP16 and BF16 round to nearest even; INT8
+ * and INT4 keep one float32 scale per 2048 elements (a chunk holding an infinity or NaN
+ * decodes to NaN throughout; a chunk whose largest magnitude is below 2^-120 decodes to 0);
+ * TOPK keeps the ceil(fraction x n) elements of largest magnitude of each block it sends, as
+ * index/value pairs, ties to the lower index. */
+typedef enum {
+  CHORUS_COMPRESSION_NONE = 0,
+  CHORUS_COMPRESSION_FP16 = 1,
+  CHORUS_COMPRESSION_BF16 = 2,
+  CHORUS_COMPRESSION_INT8 = 3,
+  CHORUS_COMPRESSION_INT4 = 4,
+  CHORUS_COMPRESSION_TOPK = 5
+} chorus_compression_t;
+
+typedef enum {
+  CHORUS_COMPRESSION_SCOPE_INTER_HOST = 0, /* only the data that crosses hosts */
+  CHORUS_COMPRESSION_SCOPE_ALL = 1         /* every level, one host included */
+} chorus_compression_scope_t;
+
+typedef struct {
+  chorus_compression_t codec;
+  double topk_fraction; /* TOPK: the fraction of elements kept, in (0, 1] */
+  chorus_compression_scope_t scope;
+} chorus_compression_opts_t;
+
+/* Sets the compression of the allreduces posted on comm from now on (opts NULL: back to
+ * CHORUS_COMPRESSION and CHORUS_COMPRESSION_SCOPE, read when the communicator was created). Not
+ * collective, but every rank must make the same change before the same call. Returns OK or
+ * ERR_INVALID_ARG (unknown codec or scope, a TOPK fraction outside (0, 1]). */
+CHORUS_API chorus_status_t chorus_comm_set_compression(chorus_comm_t* comm, const chorus_compression_opts_t* opts);
+/* The communicator's current setting. Returns OK or ERR_INVALID_ARG. */
+CHORUS_API chorus_status_t chorus_comm_get_compression(const chorus_comm_t* comm, chorus_compression_opts_t* opts);
+/* "int8"; NULL for a value that is not a chorus_compression_t. */
+CHORUS_API const char* chorus_compression_name(chorus_compression_t codec);
+
 /* ---- registered memory ----
  * Buffers that every rank of a host can map, so same-host collectives on them copy nothing
  * into staging areas (the models are NCCL's ncclMemAlloc and HCCL's symmetric windows). */

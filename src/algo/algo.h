@@ -45,6 +45,9 @@ typedef struct {
    * buffers) of shm/group.c take them. */
   const chorus_seg_t* segs;
   size_t nsegs, seg_at;
+  /* Compress what this run sends (kind NONE: do not). Only the zip engine reads it; a
+   * two-level algorithm hands it to its inter-host phase alone. */
+  chorus_codec_t codec;
 } chorus_sched_t;
 
 /* The schedule of a whole-communicator call over `group` (the task's own arguments, root
@@ -109,6 +112,9 @@ typedef struct chorus_algo {
    * of the packed buffer in args, so the group need not pack and unpack them. Its init may set
    * task.segs to NULL for a call it serves otherwise (hier's leader mode): the group packs it. */
   int takes_segments;
+  /* 1: applies the call's codec (task.codec) where its scope says. A call with a codec is
+   * offered only to these (coll/select.c). */
+  int compresses;
 } chorus_algo_t;
 
 /* One item of CHORUS_ALGO for one collective: calls whose bytes (count x dtype size) lie in

@@ -38,6 +38,7 @@ extern const chorus_algo_t chorus__algo_shm_broadcast;
 extern const chorus_algo_t chorus__algo_shm_reduce;
 extern const chorus_algo_t chorus__algo_shm_barrier;
 extern const chorus_algo_t chorus__algo_hier_allreduce;
+extern const chorus_algo_t chorus__algo_zip_allreduce;
 extern const chorus_algo_t chorus__algo_hier_allgather;
 extern const chorus_algo_t chorus__algo_hier_reduce_scatter;
 extern const chorus_algo_t chorus__algo_hier_broadcast;

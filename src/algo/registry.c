@@ -28,6 +28,8 @@ const chorus_algo_t* const chorus__algos[] = {
     &chorus__algo_hier_allreduce,        &chorus__algo_hier_allgather,
     &chorus__algo_hier_reduce_scatter,   &chorus__algo_hier_broadcast,
     &chorus__algo_hier_reduce,           &chorus__algo_hier_barrier,
+    /* Compressed (CHORUS_COMPRESSION): offered only to calls with a codec that hier does not take. */
+    &chorus__algo_zip_allreduce,
     /* Variable-size collectives: one each, over the host-ordered ring or pairs. */
     &chorus__algo_ring_allgatherv,       &chorus__algo_ring_reduce_scatterv,
     &chorus__algo_pairwise_alltoallv,    &chorus__algo_linear_gatherv,

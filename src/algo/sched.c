@@ -21,5 +21,6 @@ void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_
       .root = root,
       .avg_divisor = t->nranks,
       .chunk_bytes = t->chunk_bytes,
+      .codec = t->codec,
   };
 }

@@ -73,6 +73,7 @@ void chorus__coll_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_co
 static chorus_status_t post(chorus_comm_t* comm, chorus_task_t* t, int* queued) {
   *queued = 0;
   chorus_status_t st = CHORUS_OK;
+  chorus__compression_resolve(comm, t);
   if (t->internal) t->algo = chorus__algo_find(t->args.coll, NULL);
   else st = chorus__select(comm, t);
   if (st >= 0) st = t->algo->init(t);

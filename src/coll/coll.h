@@ -15,6 +15,12 @@ chorus_status_t chorus__vargs_prepare(chorus_comm_t* comm, chorus_coll_args_t* a
 /* Chooses t->algo: the CHORUS_ALGO override, else the cheapest supported algorithm. */
 chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
 
+/* Gradient compression (compress.c): the setting CHORUS_COMPRESSION and CHORUS_COMPRESSION_SCOPE
+ * give (on error writes err), and the codec of call t (t->codec: none for every call the
+ * setting does not cover). comm->mu held. */
+chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char* err, size_t errlen);
+void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t);
+
 /* A blocking exchange of bytes for the library itself (the link probe): the first registered
  * algorithm, no CHORUS_ALGO rule, no recorder or trace entry. */
 chorus_status_t chorus__sendrecv_internal(const void* sendbuf, size_t bytes, int dst, void* recvbuf,

@@ -30,13 +30,15 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
     }
     t->algo = rule->algo;
     t->sub_algo = rule->sub[0] ? rule->sub : NULL;
+    if (!rule->algo->compresses) t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0}; /* documented: sent as is */
     return CHORUS_OK;
   }
   /* Training repeats the same calls: the last choice for the same shape is reused as long as
    * it still supports the call (support can depend on more than the key, e.g. buffers). */
   const chorus_coll_args_t* a0 = &t->args;
   uint64_t key[3] = {(uint64_t)a0->dtype | (uint64_t)a0->op << 8 | (uint64_t)(uint32_t)a0->root << 16 |
-                         (uint64_t)(a0->sendbuf == a0->recvbuf) << 48 | (uint64_t)(t->segs != NULL) << 49,
+                         (uint64_t)(a0->sendbuf == a0->recvbuf) << 48 | (uint64_t)(t->segs != NULL) << 49 |
+                         (uint64_t)t->codec.kind << 50 | (uint64_t)(t->codec_scope_all != 0) << 54,
                      a0->count, a0->recvcount ^ (uint64_t)(uint32_t)a0->peer << 40};
   const chorus_algo_t* cached = comm->picked[coll].algo;
   if (cached && memcmp(key, comm->picked[coll].key, sizeof(key)) == 0 &&
@@ -54,6 +56,7 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
   for (size_t i = 0; i < chorus__nalgos; i++) {
     const chorus_algo_t* a = chorus__algos[i];
     if (a->coll != coll || (a->supported && !a->supported(t))) continue;
+    if (t->codec.kind != CHORUS_CODEC_NONE && !a->compresses) continue;
     double us = a->cost_us ? a->cost_us(t, &comm->cost) : 0.0;
     if (!a->takes_segments && us < DBL_MAX) us += chorus__algo_packing_us(t, &comm->cost);
     if (us < best_us) {

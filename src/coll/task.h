@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "chorus.h"
+#include "reduce/codec.h"
 
 /* The operation kinds. The order is part of the wire format (frame header `coll`): new kinds
  * go at the end. */
@@ -127,6 +128,10 @@ typedef struct chorus_task {
   int nranks;         /* comm size */
   const struct chorus_topo_s* topo; /* the communicator's topology (core/topo.h) */
   const struct chorus_cost_ctx_s* cost; /* its cost model (algo.h), for two-level algorithms' choices */
+  /* Gradient compression of this call (coll/compress.c; kind NONE for most calls), and whether
+   * it applies at every level (else only across hosts). Part of the signature (op byte). */
+  chorus_codec_t codec;
+  int codec_scope_all;
   const char* sub_algo; /* CHORUS_ALGO's inner engine for this call ("rhd" of "hier/rhd"), or NULL */
   size_t dtype_size;  /* bytes per element */
   size_t chunk_bytes; /* pipelining unit (CHORUS_BUFF_SIZE), a multiple of 64 bytes */
@@ -186,6 +191,12 @@ typedef struct chorus_task {
   void* vec;                 /* the copies args' count and displacement arrays point into */
   uint64_t rec_index;        /* its entry in the flight recorder */
 } chorus_task_t;
+
+/* The header's and signature's op byte: the op, and the codec in the high nibble, so that ranks
+ * whose compression settings differ get ERR_MISMATCH. */
+static inline uint8_t chorus__task_op_byte(const chorus_task_t* t) {
+  return (uint8_t)((unsigned)t->args.op | (unsigned)t->codec.kind << 4);
+}
 
 /* The header's and signature's root field: the root, or for a fused collective without one,
  * its group shape. */

@@ -193,6 +193,8 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   }
   if (!comm->host_id[0]) chorus__host_id(comm->host_id, sizeof(comm->host_id));
   chorus_status_t st = parse_algo_spec(comm, chorus__param_str(CHORUS_PARAM_ALGO), err, sizeof(err));
+  if (st >= 0) st = chorus__compression_from_env(&comm->compression_env, err, sizeof(err));
+  comm->compression = comm->compression_env;
   if (st < 0) {
     chorus__comm_set_error(comm, "%s", err);
     CH_WARN(comm->rank, "%s", err);

@@ -48,6 +48,9 @@ struct chorus_comm {
   size_t p2p_eager_bytes;      /* point-to-point messages up to this size go without rendezvous */
   size_t p2p_unexpected_bytes; /* bound on buffered unexpected messages (match.h) */
   size_t group_fuse_bytes;     /* largest fused group operation (coll/group.c); 0: none */
+  /* Gradient compression of float32 sum/avg allreduces (coll/compress.c): the setting in force
+   * (mu) and the one CHORUS_COMPRESSION gave, which chorus_comm_set_compression(NULL) restores. */
+  chorus_compression_opts_t compression, compression_env;
   char algo_spec[256];                                      /* CHORUS_ALGO as given */
   chorus_algo_rule_t rules[CH_COLL_COUNT][CHORUS_MAX_ALGO_RULES]; /* resolved per collective */
   int nrules[CH_COLL_COUNT];

@@ -24,7 +24,7 @@ static void fill_header(const chorus_task_t* t, chorus_xfer_t* x) {
   h->seq = x->seq;
   h->dtype = (uint8_t)t->args.dtype;
   h->coll = (uint8_t)t->args.coll;
-  h->op = (uint8_t)t->args.op;
+  h->op = chorus__task_op_byte(t);
   h->root = chorus__task_root_word(t);
   /* allgatherv, reduce_scatterv: what every rank must agree on is the whole counts vector
    * (frame.h); the other variable-size calls give each frame's word when they post it. */
@@ -140,7 +140,8 @@ void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outle
              (unsigned long long)h->nbytes);
     return;
   }
-  const char* op = chorus_op_name((chorus_op_t)h->op);
+  char op[24];
+  chorus__frame_op_desc(h->op, op, sizeof(op));
   /* The count word of the variable-size calls (frame.h) says what it is; collectives without a
    * root carry a fused group's shape there (task.h). */
   char count[40];
@@ -153,7 +154,7 @@ void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outle
   int shape = !chorus__coll_rooted((chorus_coll_t)h->coll) && h->root != 0;
   snprintf(out, outlen, "%.15s #%llu (%s, %.15s, %.15s, %s %d, tag %u, %llu bytes)",
            chorus__coll_name((chorus_coll_t)h->coll), (unsigned long long)h->seq, count, dt ? dt : "?",
-           op ? op : "?", shape ? "group" : "root", h->root, h->tag, (unsigned long long)h->nbytes);
+           op, shape ? "group" : "root", h->root, h->tag, (unsigned long long)h->nbytes);
 }
 
 chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
@@ -190,6 +191,15 @@ chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_
     return CHORUS_ERR_MISMATCH;
   }
   return CHORUS_OK;
+}
+
+void chorus__frame_op_desc(uint8_t op_byte, char* out, size_t outlen) {
+  const char* op = chorus_op_name((chorus_op_t)(op_byte & 0x0f));
+  const char* codec = chorus_compression_name((chorus_compression_t)(op_byte >> 4));
+  if (op_byte >> 4)
+    snprintf(out, outlen, "%s+%s", op ? op : "?", codec ? codec : "?");
+  else
+    snprintf(out, outlen, "%s", op ? op : "?");
 }
 
 /* ---- queues: growable rings of transfer pointers ---- */
@@ -277,7 +287,7 @@ static void signature_of(const chorus_task_t* t, uint64_t sig[CHORUS_SIG_WORDS])
   uint64_t algo_hash = 1469598103934665603ull;
   for (const char* c = t->algo ? t->algo->name : ""; *c; c++) algo_hash = (algo_hash ^ (uint8_t)*c) * 1099511628211ull;
   sig[0] = t->seq + 1; /* 0 means "nothing published yet" */
-  sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 |
+  sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)chorus__task_op_byte(t) << 16 |
            (uint64_t)(uint32_t)chorus__task_root_word(t) << 32;
   sig[2] = a->count;
   sig[3] = algo_hash;

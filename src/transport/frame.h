@@ -101,6 +101,10 @@ _Static_assert(sizeof(chorus_frame_hdr_t) == 48, "frame header must stay 48 byte
 chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_frame_hdr_t* want,
                                     char* why, size_t whylen);
 
+/* A header's op byte in words: "sum", or "sum+int8" when the call is compressed (task.h). At
+ * most 15 characters; out of at least 24 bytes. */
+void chorus__frame_op_desc(uint8_t op_byte, char* out, size_t outlen);
+
 /* "allreduce #12 (count 1024, float32, sum, root 0, tag 3, 4096 bytes)"; whole in an out of
  * CHORUS_FRAME_DESC_LEN bytes. */
 void chorus__frame_describe(const chorus_frame_hdr_t* h, char* out, size_t outlen);

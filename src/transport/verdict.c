@@ -105,9 +105,10 @@ static void describe_last(const chorus_frame_hdr_t* h, char* out, size_t len) {
     return;
   }
   const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
-  const char* op = chorus_op_name((chorus_op_t)h->op);
+  char op[24];
+  chorus__frame_op_desc(h->op, op, sizeof(op));
   snprintf(out, len, "%s #%llu (count %llu, %s, %s, root %d)", chorus__coll_name((chorus_coll_t)h->coll),
-           (unsigned long long)(h->seq - 1), (unsigned long long)h->count, dt ? dt : "?", op ? op : "?", h->root);
+           (unsigned long long)(h->seq - 1), (unsigned long long)h->count, dt ? dt : "?", op, h->root);
 }
 
 /* Appends to out (length *len, capacity outlen), truncating. */
@@ -350,7 +351,7 @@ void chorus__conn_give_up_frame(const chorus_task_t* t, uint64_t comm_id, int ra
   h->seq = t->seq + 1;
   h->coll = (uint8_t)t->args.coll;
   h->dtype = (uint8_t)t->args.dtype;
-  h->op = (uint8_t)t->args.op;
+  h->op = chorus__task_op_byte(t);
   h->count = t->args.count;
 }
 
@@ -363,11 +364,12 @@ void chorus__conn_describe_give_up(const chorus_transport_t* tp, char* out, size
   out[0] = '\0';
   if (CHORUS_GAVE_UP_STATUS(h->nbytes) == CHORUS_ERR_MISMATCH && h->seq) { /* its call, as it ran it */
     const char* dt = chorus_dtype_name((chorus_dtype_t)h->dtype);
-    const char* op = chorus_op_name((chorus_op_t)h->op);
+    char op[24];
+    chorus__frame_op_desc(h->op, op, sizeof(op));
     char count[32] = ""; /* a variable-size call's frames carry a word of their own there */
     if (!chorus__coll_is_v((chorus_coll_t)h->coll)) snprintf(count, sizeof(count), "count %llu, ", (unsigned long long)h->count);
     cat(out, &len, outlen, "mismatched calls: rank %d (host %s) runs %s #%llu (%s%s, %s) and gave up", from,
-        tp->peers[from].host, coll, (unsigned long long)(h->seq - 1), count, dt ? dt : "?", op ? op : "?");
+        tp->peers[from].host, coll, (unsigned long long)(h->seq - 1), count, dt ? dt : "?", op);
   } else {
     cat(out, &len, outlen, "rank %d (host %s) gave up", from, tp->peers[from].host);
     if (h->seq) cat(out, &len, outlen, " on %s #%llu", coll, (unsigned long long)(h->seq - 1));

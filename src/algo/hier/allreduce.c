@@ -44,6 +44,7 @@
 #include "algo/ring/ring.h"
 #include "algo/shm/group.h"
 #include "algo/shm/shm.h"
+#include "algo/zip/zip.h"
 #include "core/log.h"
 
 enum { STAGE_RS = 0, STAGE_AR = 1, STAGE_AG = 2 }; /* leader mode: reduce, allreduce, broadcast */
@@ -156,6 +157,10 @@ static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx) {
  * cheapest of those chosen automatically (engines.c). */
 static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx,
                                              const chorus_link_model_t* link, double bytes, double* us_out) {
+  if (t->codec.kind != CHORUS_CODEC_NONE) { /* only the rails cross hosts: they carry the codec's form */
+    *us_out = chorus__zip_cost_us(&t->codec, bytes, cx->nhosts, cx, link);
+    return &chorus__hier_zip_engine;
+  }
   const chorus_ar_engine_t* best = NULL;
   double best_us = DBL_MAX;
   int forced = t->sub_algo && t->sub_algo[0] && strcmp(t->sub_algo, LEADER) != 0;
@@ -216,8 +221,15 @@ static chorus_status_t hier_init(chorus_task_t* t) {
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &h->whole);
   chorus_status_t st = CHORUS_OK;
   if (!chorus__hier_shape_ok(t)) { /* forced on a shape it cannot serve: the flat ring */
-    CH_INFO(ALGO, t->rank, "allreduce hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
-    st = chorus__hier_run_ring(&h->whole, CHORUS_RING_ALLREDUCE, &h->pipe.flat);
+    CH_INFO(ALGO, t->rank, "allreduce hier: hosts of unequal size (or one host, or one rank per host): flat %s instead",
+            t->codec.kind ? "compressed allreduce" : "ring");
+    if (t->codec.kind) {
+      const chorus_ar_engine_t* zip = &chorus__hier_zip_engine;
+      h->pipe.flat = (chorus_hier_run_t){zip->step, zip->free, NULL};
+      st = zip->start(&h->whole, &h->pipe.flat.st);
+    } else {
+      st = chorus__hier_run_ring(&h->whole, CHORUS_RING_ALLREDUCE, &h->pipe.flat);
+    }
   } else {
     h->at = chorus__hier_place(t);
     h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
@@ -261,6 +273,7 @@ static const char* sub_name(size_t i) {
  * failing; the cost keeps automatic selection to the shapes it serves. */
 static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  if (t->codec.kind && t->codec_scope_all) return DBL_MAX; /* it keeps the host exact: zip compresses all */
   return plan(t, cx).us;
 }
 
@@ -276,4 +289,5 @@ const chorus_algo_t chorus__algo_hier_allreduce = {
     .fini = hier_fini,
     .sub_name = sub_name,
     .takes_segments = 1,
+    .compresses = 1,
 };

@@ -2,12 +2,14 @@
  * hier/engines.c - the flat allreduce engines a two-level algorithm can run over a rail, as
  * small adapters to each engine's own start/step/free.
  */
+#include <float.h>
 #include <string.h>
 
 #include "algo/hier/hier.h"
 #include "algo/rd/rd.h"
 #include "algo/rhd/rhd.h"
 #include "algo/ring/ring.h"
+#include "algo/zip/zip.h"
 
 static chorus_status_t ring_start(const chorus_sched_t* s, void** state) {
   chorus_ring_t* g = NULL;
@@ -66,6 +68,22 @@ static double rhd_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const c
  * 4 emulated hosts (2 Gbit/s) it never beat ring or rd at any size from 8 B to 16 MiB, taking up
  * to 1.8x their time (bench/sweep, docs/cluster.md), while its alpha-beta price ties with theirs. */
 static const chorus_ar_engine_t rhd_engine = {"rhd", rhd_start, rhd_step, rhd_free, rhd_cost, 0};
+
+static chorus_status_t zip_start(const chorus_sched_t* s, void** state) {
+  chorus_zip_t* z = NULL;
+  chorus_status_t st = chorus__zip_start(s, &z);
+  *state = z;
+  return st;
+}
+static chorus_status_t zip_step(chorus_task_t* t, void* state) { return chorus__zip_step(t, state); }
+static void zip_free(void* state) { chorus__zip_free(state); }
+/* Its price depends on the codec, which the engine interface does not carry: hier prices it
+ * with chorus__zip_cost_us. */
+static double zip_cost_unknown(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link) {
+  (void)bytes, (void)n, (void)cx, (void)link;
+  return DBL_MAX;
+}
+const chorus_ar_engine_t chorus__hier_zip_engine = {"zip", zip_start, zip_step, zip_free, zip_cost_unknown, 0};
 
 const chorus_ar_engine_t* const chorus__hier_ar_engines[] = {&ring_engine, &rhd_engine, &rd_engine};
 const size_t chorus__hier_nar_engines = sizeof(chorus__hier_ar_engines) / sizeof(chorus__hier_ar_engines[0]);

@@ -22,6 +22,9 @@ typedef struct {
 extern const chorus_ar_engine_t* const chorus__hier_ar_engines[];
 extern const size_t chorus__hier_nar_engines;
 const chorus_ar_engine_t* chorus__hier_ar_engine(const char* name); /* NULL when unknown */
+/* The compressed engine (zip/zip.h): the inter-host phase of a call with a codec, whatever the
+ * inner engine CHORUS_ALGO names; not one of the engines above. */
+extern const chorus_ar_engine_t chorus__hier_zip_engine;
 
 /* This rank's place in the two levels: H hosts of L ranks, its local index l, the ranks of its
  * host and its rail (the ranks of local index l, one per host). */

@@ -1,0 +1,261 @@
+/*
+ * zip/allreduce.c - compressed allreduce (float32 sum/avg) over a rank group, quantising each
+ * value at most twice and giving every member the same bits.
+ *
+ * Dense codecs (fp16, bf16, int8, int4), member m of n, the vector cut into n blocks:
+ *   1. reduce-scatter: m encodes its input's n blocks once and sends block b to member b (a
+ *      direct exchange: every block crosses once, nothing is re-encoded on the way). Member b
+ *      decodes the n encodings of block b (its own included) and sums them in float32 in member
+ *      order; avg divides here;
+ *   2. allgather: b encodes its reduced block once, sends that to every member, and decodes it
+ *      itself too, so that the owner holds exactly what the others decode.
+ * Top-k: every member selects the k largest of its whole input once and sends the index/value
+ * pairs to every member (an allgather of equal blocks: k depends only on the count); each sums
+ * the n sparse vectors into zeros in member order. Nothing is re-encoded.
+ * Bytes each member sends: 2 (n-1)/n of the encoded vector (dense), (n-1) k pairs (top-k).
+ * Bitwise identical on every member: each reduced block is computed by one member in a fixed
+ * order and every member decodes the same bytes with kernels that agree bit for bit on every
+ * CPU (reduce/codec.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algos.h"
+#include "algo/hier/hier.h"
+#include "algo/ring/ring.h"
+#include "algo/zip/zip.h"
+
+enum { ZIP_START, ZIP_RS_WAIT, ZIP_AG_WAIT, ZIP_TOPK_WAIT, ZIP_DONE };
+enum { TAG_RS = 0, TAG_AG = 1 };
+
+struct chorus_zip {
+  chorus_sched_t s;
+  int n, me, phase;
+  size_t* first; /* n blocks of the vector (dense codecs) */
+  size_t* len;
+  size_t* enc_at; /* n + 1: where encoded block b starts in `mine` and `reduced` */
+  char* mine;     /* this member's input, encoded: n blocks (dense), or its top-k pairs */
+  char* theirs;   /* n slots `stride` apart: the others' encodings of my block (or their pairs) */
+  size_t slot, stride; /* bytes of one encoding in theirs; the distance between two */
+  char* reduced;  /* every member's reduced block, encoded, at enc_at[b] (dense) */
+  chorus_algo_xfer_t* x; /* 2 (n - 1) */
+};
+
+static size_t enc_bytes(const chorus_zip_t* z, int b) { return chorus__codec_bytes(&z->s.codec, z->len[b]); }
+/* Encoded areas start on cache lines: the codecs read their float32 scales in place. */
+static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+static float* out_block(const chorus_zip_t* z, int b) { return (float*)z->s.recvbuf + z->first[b]; }
+
+/* The three exchanges: what each member receives from and sends to every other member m. */
+typedef enum {
+  XCH_RS,   /* receive m's encoding of my block into slot m of theirs; send m block m of mine */
+  XCH_AG,   /* receive m's reduced block at enc_at[m] of reduced; send my reduced block */
+  XCH_TOPK, /* receive m's pairs into slot m of theirs; send all of mine */
+} exchange_t;
+
+static chorus_status_t post_one(chorus_task_t* t, chorus_zip_t* z, exchange_t kind, int is_send, int m, int k) {
+  const char* buf;
+  size_t bytes;
+  if (kind == XCH_AG) {
+    int b = is_send ? z->me : m;
+    buf = z->reduced + z->enc_at[b];
+    bytes = enc_bytes(z, b);
+  } else if (!is_send) {
+    buf = z->theirs + (size_t)m * z->stride;
+    bytes = z->slot;
+  } else {
+    buf = kind == XCH_RS ? z->mine + z->enc_at[m] : z->mine;
+    bytes = kind == XCH_RS ? enc_bytes(z, m) : z->slot;
+  }
+  return chorus__sched_post(t, &z->s, &z->x[k], is_send, m, buf, bytes, kind == XCH_AG ? TAG_AG : TAG_RS);
+}
+
+/* Posts the receives of one exchange, then its sends. */
+static chorus_status_t exchange(chorus_task_t* t, chorus_zip_t* z, exchange_t kind) {
+  chorus_status_t st = CHORUS_OK;
+  int k = 0;
+  for (int is_send = 0; is_send < 2; is_send++)
+    for (int m = 0; m < z->n && st >= 0; m++)
+      if (m != z->me) st = post_one(t, z, kind, is_send, m, k++);
+  return st;
+}
+
+static int exchanged(const chorus_zip_t* z) { return chorus__algo_all_done(z->x, 2 * (z->n - 1)); }
+
+/* The others' encodings of my block have arrived: sum them with mine in member order, divide
+ * for avg, encode the result once and hand it to everyone, myself included. */
+static chorus_status_t reduce_my_block(chorus_task_t* t, chorus_zip_t* z) {
+  float* acc = out_block(z, z->me);
+  size_t len = z->len[z->me];
+  for (int m = 0; m < z->n; m++) {
+    const char* enc = m == z->me ? z->mine + z->enc_at[m] : z->theirs + (size_t)m * z->stride;
+    if (m == 0)
+      chorus__codec_decode(&z->s.codec, acc, enc, len);
+    else
+      chorus__codec_decode_add(&z->s.codec, acc, enc, len);
+  }
+  chorus__sched_avg_finish(&z->s, acc, len);
+  char* mine_reduced = z->reduced + z->enc_at[z->me];
+  chorus__codec_encode(&z->s.codec, mine_reduced, acc, len, NULL);
+  chorus__codec_decode(&z->s.codec, acc, mine_reduced, len);
+  z->phase = ZIP_AG_WAIT;
+  return exchange(t, z, XCH_AG);
+}
+
+static void decode_others(chorus_zip_t* z) {
+  for (int b = 0; b < z->n; b++)
+    if (b != z->me) chorus__codec_decode(&z->s.codec, out_block(z, b), z->reduced + z->enc_at[b], z->len[b]);
+}
+
+/* Every member's pairs have arrived: the sum of the n sparse vectors, in member order. */
+static void sum_topk(chorus_zip_t* z) {
+  float* out = z->s.recvbuf;
+  memset(out, 0, z->s.count * sizeof(float));
+  for (int m = 0; m < z->n; m++)
+    chorus__codec_decode_add(&z->s.codec, out, m == z->me ? z->mine : z->theirs + (size_t)m * z->stride, z->s.count);
+  chorus__sched_avg_finish(&z->s, out, z->s.count);
+}
+
+/* Encodes this member's input once and starts the first exchange. */
+static chorus_status_t start_exchange(chorus_task_t* t, chorus_zip_t* z) {
+  if (z->s.codec.kind == CHORUS_CODEC_TOPK) {
+    chorus__codec_encode(&z->s.codec, z->mine, z->s.sendbuf, z->s.count, NULL);
+    z->phase = ZIP_TOPK_WAIT;
+    return exchange(t, z, XCH_TOPK);
+  }
+  const float* in = z->s.sendbuf;
+  for (int b = 0; b < z->n; b++)
+    chorus__codec_encode(&z->s.codec, z->mine + z->enc_at[b], in + z->first[b], z->len[b], NULL);
+  z->phase = ZIP_RS_WAIT;
+  return exchange(t, z, XCH_RS);
+}
+
+chorus_status_t chorus__zip_step(chorus_task_t* t, chorus_zip_t* z) {
+  chorus_status_t st = CHORUS_OK;
+  for (;;) {
+    switch (z->phase) {
+      case ZIP_START:
+        st = start_exchange(t, z);
+        break;
+      case ZIP_RS_WAIT:
+        if (!exchanged(z)) return CHORUS_INPROGRESS;
+        st = reduce_my_block(t, z);
+        break;
+      case ZIP_AG_WAIT:
+        if (!exchanged(z)) return CHORUS_INPROGRESS;
+        decode_others(z);
+        z->phase = ZIP_DONE;
+        break;
+      case ZIP_TOPK_WAIT:
+        if (!exchanged(z)) return CHORUS_INPROGRESS;
+        sum_topk(z);
+        z->phase = ZIP_DONE;
+        break;
+      default:
+        return CHORUS_OK;
+    }
+    if (st < 0) return st;
+  }
+}
+
+/* Bytes the encoded block b of n takes, cache-line aligned (dense codecs). */
+static size_t block_area(const chorus_sched_t* s, int n, int b) {
+  size_t first, len;
+  chorus__ring_segment(s->count, n, b, &first, &len);
+  return align64(chorus__codec_bytes(&s->codec, len));
+}
+
+/* One allocation: the block table, the transfers and the three encoded areas. */
+chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
+  *out = NULL;
+  int n = s->group.size, me = s->group.me;
+  if (n < 1 || me < 0 || s->codec.kind <= CHORUS_CODEC_NONE || s->codec.kind >= CHORUS_CODEC_COUNT ||
+      s->dtype != CHORUS_FLOAT32 || (s->op != CHORUS_SUM && s->op != CHORUS_AVG))
+    return CHORUS_ERR_NOT_SUPPORTED;
+  int topk = s->codec.kind == CHORUS_CODEC_TOPK;
+  size_t nb = (size_t)n, mine_bytes = 0, reduced_bytes = 0, stride;
+  if (topk) {
+    mine_bytes = stride = align64(chorus__codec_bytes(&s->codec, s->count));
+  } else {
+    for (int b = 0; b < n; b++) mine_bytes += block_area(s, n, b);
+    reduced_bytes = mine_bytes;
+    stride = block_area(s, n, me);
+  }
+  size_t head = align64(sizeof(chorus_zip_t) + (3 * nb + 1) * sizeof(size_t) + 2 * (nb - 1) * sizeof(chorus_algo_xfer_t));
+  chorus_zip_t* z = calloc(1, head + mine_bytes + nb * stride + reduced_bytes);
+  if (!z) return CHORUS_ERR_NO_MEMORY;
+  z->s = *s;
+  z->n = n;
+  z->me = me;
+  z->first = (size_t*)(z + 1);
+  z->len = z->first + nb;
+  z->enc_at = z->len + nb;
+  for (int b = 0; b < n; b++) {
+    chorus__ring_segment(s->count, n, b, &z->first[b], &z->len[b]);
+    z->enc_at[b + 1] = z->enc_at[b] + align64(chorus__codec_bytes(&s->codec, z->len[b]));
+  }
+  z->x = (chorus_algo_xfer_t*)(z->enc_at + nb + 1);
+  z->mine = (char*)z + head;
+  z->slot = topk ? chorus__codec_bytes(&s->codec, s->count) : enc_bytes(z, me);
+  z->stride = stride;
+  z->theirs = z->mine + mine_bytes;
+  z->reduced = z->theirs + nb * stride;
+  *out = z;
+  return CHORUS_OK;
+}
+
+void chorus__zip_free(chorus_zip_t* z) { free(z); }
+
+/* Encoding, decoding and summing touch the vector a few times at about memory speed. */
+double chorus__zip_cost_us(const chorus_codec_t* codec, double bytes, int n, const chorus_cost_ctx_t* cx,
+                           const chorus_link_model_t* link) {
+  if (n <= 1) return 4.0 * bytes / cx->reduce_bytes_per_us;
+  double elems = bytes / sizeof(float);
+  double wire = (double)chorus__codec_bytes(codec, (size_t)elems);
+  double compute = 4.0 * bytes / cx->reduce_bytes_per_us;
+  if (codec->kind == CHORUS_CODEC_TOPK)
+    return link->alpha_us + (n - 1) * wire / link->bytes_per_us + compute + n * wire / cx->reduce_bytes_per_us;
+  return 2.0 * link->alpha_us + 2.0 * (n - 1) / n * wire / link->bytes_per_us + compute;
+}
+
+/* ---- the registry entry: the whole communicator, every rank's data compressed ---- */
+
+/* Offered only to a call that has a codec, where the two-level allreduce does not serve it:
+ * scope all, or hosts it cannot pair into rails. */
+static int zip_supported(const chorus_task_t* t) {
+  if (t->codec.kind == CHORUS_CODEC_NONE || !chorus__algo_reduce_supported(t)) return 0;
+  return t->codec_scope_all || !chorus__hier_shape_ok(t);
+}
+
+static chorus_status_t zip_init(chorus_task_t* t) {
+  chorus_sched_t s;
+  chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
+  chorus_zip_t* z = NULL;
+  chorus_status_t st = chorus__zip_start(&s, &z);
+  t->state = z;
+  return st;
+}
+
+static chorus_status_t zip_progress(chorus_task_t* t) { return chorus__zip_step(t, t->state); }
+
+static void zip_fini(chorus_task_t* t) {
+  chorus__zip_free(t->state);
+  t->state = NULL;
+}
+
+static double zip_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  return chorus__zip_cost_us(&t->codec, (double)t->args.count * (double)t->dtype_size, t->nranks, cx, &cx->spread);
+}
+
+const chorus_algo_t chorus__algo_zip_allreduce = {
+    .name = "zip",
+    .desc = "compressed (CHORUS_COMPRESSION): each rank encodes its blocks once, direct reduce-scatter, "
+            "owners encode the sums once, direct allgather; top-k: allgather of index/value pairs",
+    .coll = CH_COLL_ALLREDUCE,
+    .supported = zip_supported,
+    .cost_us = zip_allreduce_cost_us,
+    .init = zip_init,
+    .progress = zip_progress,
+    .fini = zip_fini,
+    .compresses = 1,
+};

@@ -1,0 +1,118 @@
+/*
+ * compress.c - a communicator's gradient compression setting (CHORUS_COMPRESSION,
+ * CHORUS_COMPRESSION_SCOPE, chorus_comm_set_compression) and which calls it applies to: the
+ * float32 sum/avg allreduces, across hosts (scope inter-host) or everywhere (scope all).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "coll/coll.h"
+#include "core/live.h"
+#include "core/log.h"
+#include "core/param.h"
+
+static const char* const codec_names[] = {"none", "fp16", "bf16", "int8", "int4", "topk"};
+_Static_assert(sizeof(codec_names) / sizeof(codec_names[0]) == CHORUS_CODEC_COUNT, "one name per codec");
+
+const char* chorus_compression_name(chorus_compression_t codec) {
+  return (unsigned)codec < (unsigned)CHORUS_CODEC_COUNT ? codec_names[codec] : NULL;
+}
+
+static int opts_valid(const chorus_compression_opts_t* o) {
+  if ((unsigned)o->codec >= (unsigned)CHORUS_CODEC_COUNT) return 0;
+  if (o->scope != CHORUS_COMPRESSION_SCOPE_INTER_HOST && o->scope != CHORUS_COMPRESSION_SCOPE_ALL) return 0;
+  return o->codec != CHORUS_COMPRESSION_TOPK || (o->topk_fraction > 0.0 && o->topk_fraction <= 1.0);
+}
+
+/* "topk:0.01" or "topk:1%": the fraction, or -1 when the text is not one. */
+static double parse_fraction(const char* text) {
+  char* end = NULL;
+  errno = 0;
+  double f = strtod(text, &end);
+  if (errno || end == text) return -1.0;
+  if (*end == '%') {
+    f /= 100.0;
+    end++;
+  }
+  return *end == '\0' && f > 0.0 && f <= 1.0 ? f : -1.0;
+}
+
+static chorus_status_t parse_codec(const char* spec, chorus_compression_opts_t* o, char* err, size_t errlen) {
+  o->topk_fraction = 0.0;
+  if (!spec[0]) {
+    o->codec = CHORUS_COMPRESSION_NONE;
+    return CHORUS_OK;
+  }
+  if (strncmp(spec, "topk:", 5) == 0) {
+    o->codec = CHORUS_COMPRESSION_TOPK;
+    o->topk_fraction = parse_fraction(spec + 5);
+    if (o->topk_fraction > 0.0) return CHORUS_OK;
+    snprintf(err, errlen, "CHORUS_COMPRESSION=%s: the top-k fraction must lie in (0, 1] (topk:0.01 or topk:1%%)", spec);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  for (int c = 0; c < CHORUS_CODEC_COUNT; c++) {
+    if (c != CHORUS_COMPRESSION_TOPK && strcmp(spec, codec_names[c]) == 0) {
+      o->codec = (chorus_compression_t)c;
+      return CHORUS_OK;
+    }
+  }
+  snprintf(err, errlen, "CHORUS_COMPRESSION=%s: expected none, fp16, bf16, int8, int4 or topk:FRACTION", spec);
+  return CHORUS_ERR_INVALID_ARG;
+}
+
+chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char* err, size_t errlen) {
+  chorus_status_t st = parse_codec(chorus__param_str(CHORUS_PARAM_COMPRESSION), o, err, errlen);
+  if (st < 0) return st;
+  const char* scope = chorus__param_str(CHORUS_PARAM_COMPRESSION_SCOPE);
+  if (strcmp(scope, "inter") == 0 || !scope[0]) {
+    o->scope = CHORUS_COMPRESSION_SCOPE_INTER_HOST;
+  } else if (strcmp(scope, "all") == 0) {
+    o->scope = CHORUS_COMPRESSION_SCOPE_ALL;
+  } else {
+    snprintf(err, errlen, "CHORUS_COMPRESSION_SCOPE=%s: expected inter or all", scope);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus_comm_set_compression(chorus_comm_t* comm, const chorus_compression_opts_t* opts) {
+  if (!chorus__live_check(comm, "chorus_comm_set_compression")) return CHORUS_ERR_INVALID_ARG;
+  pthread_mutex_lock(&comm->mu);
+  chorus_status_t st = CHORUS_OK;
+  if (!opts) {
+    comm->compression = comm->compression_env;
+  } else if (!opts_valid(opts)) {
+    chorus__comm_set_error(comm, "chorus_comm_set_compression: codec %d, scope %d, top-k fraction %g: "
+                                 "unknown codec or scope, or a fraction outside (0, 1]",
+                           (int)opts->codec, (int)opts->scope, opts->topk_fraction);
+    st = CHORUS_ERR_INVALID_ARG;
+  } else {
+    comm->compression = *opts;
+    if (opts->codec != CHORUS_COMPRESSION_TOPK) comm->compression.topk_fraction = 0.0;
+  }
+  pthread_mutex_unlock(&comm->mu);
+  return st;
+}
+
+chorus_status_t chorus_comm_get_compression(const chorus_comm_t* comm, chorus_compression_opts_t* opts) {
+  if (!chorus__live_check(comm, "chorus_comm_get_compression")) return CHORUS_ERR_INVALID_ARG;
+  if (!opts) return CHORUS_ERR_INVALID_ARG;
+  pthread_mutex_lock((pthread_mutex_t*)&comm->mu);
+  *opts = comm->compression;
+  pthread_mutex_unlock((pthread_mutex_t*)&comm->mu);
+  return CHORUS_OK;
+}
+
+void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t) {
+  const chorus_compression_opts_t* o = &comm->compression;
+  const chorus_coll_args_t* a = &t->args;
+  t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0};
+  if (o->codec == CHORUS_COMPRESSION_NONE || t->internal || a->coll != CH_COLL_ALLREDUCE) return;
+  if (a->dtype != CHORUS_FLOAT32 || (a->op != CHORUS_SUM && a->op != CHORUS_AVG)) return;
+  if (o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST && comm->topo.nhosts < 2) return;
+  t->codec = (chorus_codec_t){(chorus_codec_kind_t)o->codec, o->topk_fraction};
+  t->codec_scope_all = o->scope == CHORUS_COMPRESSION_SCOPE_ALL;
+}

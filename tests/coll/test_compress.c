@@ -1,0 +1,440 @@
+/*
+ * test_compress.c - compressed allreduce (CHORUS_COMPRESSION): every codec, sum and avg, in and
+ * out of place, counts from 0 past several int8/int4 chunks, ranks as threads:
+ *  - one host with scope all (the flat compressed allreduce): bitwise against a reference
+ *    composed here from the codec (reduce/codec.h, itself checked bit for bit against an
+ *    independent encoder in tests/unit/test_codec.c): each block encoded once per rank, decoded
+ *    and summed in rank order, the sum encoded once and decoded;
+ *  - emulated hosts (two-level allreduce with compressed rails; uneven hosts: the flat one):
+ *    every rank bitwise identical, lossless inputs exact (fp16/bf16 of small integers, top-k
+ *    keeping everything), int8/int4 within the quantisation bound of the exact sum;
+ *  - one host with scope inter-host, other dtypes, other ops and a forced non-compressing
+ *    algorithm: exactly the uncompressed result;
+ *  - ranks with different codecs: ERR_MISMATCH (across hosts ERR_MISMATCH or ERR_REMOTE);
+ *  - the setter, the getter and CHORUS_COMPRESSION's parsing and their errors.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ranks.h"
+#include "reduce/codec.h"
+#include "ref.h"
+#include "test.h"
+
+enum { MAX_RANKS = 8 };
+
+static const int k2x2_rr[] = {0, 1, 0, 1};
+static const int k2x3_rr[] = {0, 1, 0, 1, 0, 1};
+static const int k4x2_rr[] = {0, 1, 2, 3, 0, 1, 2, 3};
+static const int k3p1[] = {0, 0, 1, 0};
+
+/* ---- inputs ---- */
+
+typedef enum {
+  DATA_RANDOM,    /* floats of mixed scales: what gradients look like */
+  DATA_SMALL_INT, /* integers in [-8, 8]: every codec but int8/int4 and top-k < 1 is lossless */
+} data_t;
+
+/* Element i of rank r's input for call `call`. */
+static float input_elem(data_t data, int call, int r, size_t i) {
+  uint64_t h = ref_mix64(((uint64_t)call << 40) ^ ((uint64_t)r << 32) ^ i);
+  if (data == DATA_SMALL_INT) return (float)((int)(h % 17) - 8);
+  double unit = (double)(h >> 11) * 0x1p-53 * 2.0 - 1.0;            /* [-1, 1) */
+  double scale = ldexp(1.0, (int)((h >> 3) % 5) - 2 + r % 3);       /* 2^-2 .. 2^4 */
+  return (float)(unit * scale);
+}
+
+static void fill_input(float* buf, size_t count, data_t data, int call, int r) {
+  for (size_t i = 0; i < count; i++) buf[i] = input_elem(data, call, r, i);
+}
+
+/* ---- the cases ---- */
+
+typedef struct {
+  chorus_compression_t codec;
+  double fraction;
+  size_t count;
+  chorus_op_t op;
+  int in_place;
+  data_t data;
+} call_t;
+
+static const chorus_compression_t k_codecs[] = {CHORUS_COMPRESSION_FP16, CHORUS_COMPRESSION_BF16,
+                                                CHORUS_COMPRESSION_INT8, CHORUS_COMPRESSION_INT4,
+                                                CHORUS_COMPRESSION_TOPK, CHORUS_COMPRESSION_TOPK};
+static const double k_fractions[] = {0, 0, 0, 0, 0.1, 1.0};
+enum { NCODECS = sizeof(k_codecs) / sizeof(k_codecs[0]) };
+
+typedef struct {
+  call_t calls[512];
+  int ncalls;
+  chorus_compression_scope_t scope;
+  /* per call and rank: a hash of the result, and problems found against the expectation */
+  uint64_t hash[512][MAX_RANKS];
+  atomic_int problems;
+  int exact_reference; /* one host, scope all: the composed reference applies */
+} plan_t;
+
+static void plan_calls(plan_t* p, const size_t* counts, size_t ncounts) {
+  p->ncalls = 0;
+  for (int c = 0; c < NCODECS; c++)
+    for (size_t k = 0; k < ncounts; k++)
+      for (int v = 0; v < 4; v++) {
+        call_t* call = &p->calls[p->ncalls++];
+        *call = (call_t){k_codecs[c], k_fractions[c], counts[k], v & 1 ? CHORUS_AVG : CHORUS_SUM, v >> 1,
+                         (k + (size_t)v) % 2 ? DATA_SMALL_INT : DATA_RANDOM};
+      }
+}
+
+static uint64_t hash_floats(const float* x, size_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    h = ref_mix64(h ^ u);
+  }
+  return h;
+}
+
+/* ---- the reference of the flat compressed allreduce, members in rank order ---- */
+
+static void segment(size_t count, int n, int b, size_t* first, size_t* len) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n, k = (size_t)b;
+  *first = k * base + (k < rem ? k : rem);
+  *len = base + (k < rem ? 1 : 0);
+}
+
+static void divide(float* x, size_t n, int by) {
+  for (size_t i = 0; i < n; i++) x[i] = x[i] / (float)by;
+}
+
+static void reference_flat(const call_t* call, int call_no, int n, float* out) {
+  chorus_codec_t codec = {(chorus_codec_kind_t)call->codec, call->fraction};
+  float* in = malloc((call->count + 1) * sizeof(float));
+  void* enc = malloc(chorus__codec_bytes(&codec, call->count) + 64);
+  ASSERT_TRUE(in && enc);
+  if (codec.kind == CHORUS_CODEC_TOPK) {
+    memset(out, 0, call->count * sizeof(float));
+    for (int m = 0; m < n; m++) {
+      fill_input(in, call->count, call->data, call_no, m);
+      chorus__codec_encode(&codec, enc, in, call->count, NULL);
+      chorus__codec_decode_add(&codec, out, enc, call->count);
+    }
+    if (call->op == CHORUS_AVG) divide(out, call->count, n);
+  } else {
+    for (int b = 0; b < n; b++) {
+      size_t first, len;
+      segment(call->count, n, b, &first, &len);
+      float* acc = out + first;
+      for (int m = 0; m < n; m++) {
+        fill_input(in, call->count, call->data, call_no, m);
+        chorus__codec_encode(&codec, enc, in + first, len, NULL);
+        if (m == 0) chorus__codec_decode(&codec, acc, enc, len);
+        else chorus__codec_decode_add(&codec, acc, enc, len);
+      }
+      if (call->op == CHORUS_AVG) divide(acc, len, n);
+      chorus__codec_encode(&codec, enc, acc, len, NULL);
+      chorus__codec_decode(&codec, acc, enc, len);
+    }
+  }
+  free(in);
+  free(enc);
+}
+
+/* ---- what must hold without the reference: exactness or the quantisation bound ---- */
+
+static int lossless(const call_t* call) {
+  if (call->data != DATA_SMALL_INT) return 0;
+  if (call->codec == CHORUS_COMPRESSION_TOPK) return call->fraction >= 1.0;
+  return call->codec == CHORUS_COMPRESSION_FP16 || call->codec == CHORUS_COMPRESSION_BF16;
+}
+
+/* The result of a lossless call: the exact sum (an integer float32 holds), for avg divided in
+ * float32, and for the casts that quotient cast once more (the owner encodes the average). */
+static float lossless_result(const call_t* call, double exact_sum, int n) {
+  float r = (float)exact_sum;
+  if (call->op != CHORUS_AVG) return r;
+  r = r / (float)n;
+  if (call->codec == CHORUS_COMPRESSION_FP16) return ref_half_to_float(ref_float_to_half(r));
+  if (call->codec == CHORUS_COMPRESSION_BF16) return ref_bf16_to_float(ref_float_to_bf16(r));
+  return r;
+}
+
+/* Checks out against the exact sum (double) of the inputs: equal when lossless; for int8/int4
+ * each element within two quantisation steps of every rank's largest magnitude (one
+ * quantisation of each input, one of the sum); the casts within a relative 2^-7. */
+static int check_bound(const call_t* call, int call_no, int n, const float* out, int rank) {
+  float* in = malloc((call->count + 1) * sizeof(float));
+  double* exact = calloc(call->count + 1, sizeof(double));
+  ASSERT_TRUE(in && exact);
+  double amax = 0;
+  for (int m = 0; m < n; m++) {
+    fill_input(in, call->count, call->data, call_no, m);
+    for (size_t i = 0; i < call->count; i++) {
+      exact[i] += in[i];
+      if (fabs(in[i]) > amax) amax = fabs(in[i]);
+    }
+  }
+  int div = call->op == CHORUS_AVG ? n : 1;
+  double q = call->codec == CHORUS_COMPRESSION_INT8 ? 127.0 : call->codec == CHORUS_COMPRESSION_INT4 ? 7.0 : 0.0;
+  int bad = 0;
+  for (size_t i = 0; i < call->count && !bad; i++) {
+    double want = lossless(call) ? lossless_result(call, exact[i], n) : exact[i] / div, got = out[i];
+    double tol = lossless(call) ? 0.0 : q > 0 ? 2.05 * n * amax / q / div + 1e-6 : fabs(want) * 0x1p-6 + n * amax * 0x1p-7 / div;
+    if (call->codec == CHORUS_COMPRESSION_TOPK && !lossless(call)) tol = 1e300; /* identity only */
+    if (!(fabs(got - want) <= tol)) {
+      printf("WRONG rank %d call %d (codec %s, count %zu, %s): element %zu is %.9g, exact %.9g, bound %.3g\n", rank,
+             call_no, chorus_compression_name(call->codec), call->count, call->op == CHORUS_AVG ? "avg" : "sum", i, got,
+             want, tol);
+      bad = 1;
+    }
+  }
+  /* Quantised for real: random data never survives int8 or int4 whole. */
+  int quantised = call->codec == CHORUS_COMPRESSION_INT8 || call->codec == CHORUS_COMPRESSION_INT4;
+  if (!bad && quantised && call->data == DATA_RANDOM && call->count >= 1000) {
+    size_t same = 0;
+    for (size_t i = 0; i < call->count; i++) same += out[i] == (float)(exact[i] / div);
+    if (same == call->count) {
+      printf("WRONG rank %d call %d (codec %s, count %zu): the result is the exact sum, not quantised\n", rank, call_no,
+             chorus_compression_name(call->codec), call->count);
+      bad = 1;
+    }
+  }
+  free(in);
+  free(exact);
+  return bad;
+}
+
+/* ---- one rank ---- */
+
+static int compare_reference(const call_t* call, int call_no, int n, const float* out, int rank) {
+  float* want = malloc((call->count + 1) * sizeof(float));
+  ASSERT_NOT_NULL(want);
+  reference_flat(call, call_no, n, want);
+  int bad = 0;
+  for (size_t i = 0; i < call->count && !bad; i++) {
+    if (memcmp(&want[i], &out[i], sizeof(float)) != 0) {
+      printf("WRONG rank %d call %d (codec %s, count %zu, %s, %s): element %zu is %.9g, reference %.9g\n", rank,
+             call_no, chorus_compression_name(call->codec), call->count, call->op == CHORUS_AVG ? "avg" : "sum",
+             call->in_place ? "in place" : "out of place", i, out[i], want[i]);
+      bad = 1;
+    }
+  }
+  free(want);
+  return bad;
+}
+
+static int plan_rank(chorus_comm_t* comm, int rank, void* arg) {
+  plan_t* p = arg;
+  int n = 0;
+  ASSERT_OK(chorus_comm_size(comm, &n));
+  for (int k = 0; k < p->ncalls; k++) {
+    const call_t* call = &p->calls[k];
+    chorus_compression_opts_t o = {call->codec, call->fraction, p->scope};
+    ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, &o));
+    float* in = malloc((call->count + 1) * sizeof(float));
+    float* out = call->in_place ? in : malloc((call->count + 1) * sizeof(float));
+    ASSERT_TRUE(in && out);
+    fill_input(in, call->count, call->data, k, rank);
+    ASSERT_COMM_OK(comm, chorus_allreduce(in, out, call->count, CHORUS_FLOAT32, call->op, comm));
+    p->hash[k][rank] = hash_floats(out, call->count);
+    int bad = p->exact_reference ? compare_reference(call, k, n, out, rank) : check_bound(call, k, n, out, rank);
+    if (bad) atomic_fetch_add(&p->problems, 1);
+    if (out != in) free(out);
+    free(in);
+  }
+  return 0;
+}
+
+static void run_plan(plan_t* p, int n, const int* hosts) {
+  atomic_store(&p->problems, 0);
+  ranks_set_hosts(hosts ? n : 0, hosts);
+  ASSERT_EQ(run_ranks(n, plan_rank, p), 0);
+  ranks_set_hosts(0, NULL);
+  int differ = 0;
+  for (int k = 0; k < p->ncalls; k++)
+    for (int r = 1; r < n; r++)
+      if (p->hash[k][r] != p->hash[k][0] && differ++ < 5)
+        printf("DIFFER call %d (codec %s, count %zu): rank %d's result is not rank 0's\n", k,
+               chorus_compression_name(p->calls[k].codec), p->calls[k].count, r);
+  if (differ || atomic_load(&p->problems))
+    FAIL("%d calls differ between ranks, %d wrong results (lines above)", differ, atomic_load(&p->problems));
+}
+
+static plan_t g_plan; /* large: not on a thread's stack */
+
+static const size_t k_counts_quick[] = {0, 1, 7, 2049, 70001};
+static const size_t k_counts_hosts[] = {1, 7, 4099, 300007};
+
+static void flat_one_host(int n) {
+  plan_calls(&g_plan, k_counts_quick, sizeof(k_counts_quick) / sizeof(k_counts_quick[0]));
+  g_plan.scope = CHORUS_COMPRESSION_SCOPE_ALL;
+  g_plan.exact_reference = 1;
+  run_plan(&g_plan, n, NULL);
+}
+
+static void on_hosts(int n, const int* hosts) {
+  plan_calls(&g_plan, k_counts_hosts, sizeof(k_counts_hosts) / sizeof(k_counts_hosts[0]));
+  g_plan.scope = CHORUS_COMPRESSION_SCOPE_INTER_HOST;
+  g_plan.exact_reference = 0;
+  run_plan(&g_plan, n, hosts);
+}
+
+TEST_EX(flat_one_host_n3, 300, "quick") { flat_one_host(3); }
+TEST_EX(flat_one_host_n2, 300, "full") { flat_one_host(2); }
+TEST_EX(flat_one_host_n4, 300, "full") { flat_one_host(4); }
+TEST_EX(hier_2x2_rr, 300, "quick") { on_hosts(4, k2x2_rr); }
+TEST_EX(hier_2x3_rr, 300, "full") { on_hosts(6, k2x3_rr); }
+TEST_EX(hier_4x2_rr, 300, "full") { on_hosts(8, k4x2_rr); }
+TEST_EX(flat_uneven_3p1, 300, "full") { on_hosts(4, k3p1); }
+/* The two-level allreduce's latency mode: local rank 0 of each host carries the whole chunk. */
+TEST_EX(hier_leader_2x2_rr, 300, "full") {
+  setenv("CHORUS_ALGO", "allreduce:hier/leader", 1);
+  on_hosts(4, k2x2_rr);
+  unsetenv("CHORUS_ALGO");
+}
+
+/* ---- calls compression leaves alone: bitwise the uncompressed result ---- */
+
+typedef struct {
+  chorus_dtype_t dtype;
+  chorus_op_t op;
+} untouched_t;
+
+/* Each call twice, without and with int8 compression set: the results must be equal. */
+static int untouched_rank(chorus_comm_t* comm, int rank, void* arg) {
+  const untouched_t* u = arg;
+  enum { COUNT = 5003 };
+  size_t es = chorus_dtype_size(u->dtype);
+  unsigned char *in = malloc(COUNT * es), *plain = malloc(COUNT * es), *zipped = malloc(COUNT * es);
+  ASSERT_TRUE(in && plain && zipped);
+  if (u->dtype == CHORUS_FLOAT32)
+    fill_input((float*)in, COUNT, DATA_RANDOM, 7, rank);
+  else
+    ref_fill_reduce_input(in, COUNT, u->dtype, u->op, 4, rank, 0, 11);
+  ASSERT_COMM_OK(comm, chorus_allreduce(in, plain, COUNT, u->dtype, u->op, comm));
+  chorus_compression_opts_t o = {CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, &o));
+  ASSERT_COMM_OK(comm, chorus_allreduce(in, zipped, COUNT, u->dtype, u->op, comm));
+  int same = memcmp(plain, zipped, COUNT * es) == 0;
+  if (!same) printf("WRONG rank %d: %s %s changed under int8 compression\n", rank, chorus_dtype_name(u->dtype),
+                    chorus_op_name(u->op));
+  free(in);
+  free(plain);
+  free(zipped);
+  return !same;
+}
+
+TEST_EX(one_host_scope_inter_unchanged, 120, "quick") {
+  untouched_t u = {CHORUS_FLOAT32, CHORUS_SUM};
+  ASSERT_EQ(run_ranks(4, untouched_rank, &u), 0);
+}
+
+TEST_EX(hosts_other_dtypes_ops_unchanged, 120, "quick") {
+  ranks_set_hosts(4, k2x2_rr);
+  untouched_t cases[] = {{CHORUS_FLOAT64, CHORUS_SUM}, {CHORUS_INT32, CHORUS_SUM}, {CHORUS_FLOAT16, CHORUS_SUM},
+                         {CHORUS_FLOAT32, CHORUS_MAX}, {CHORUS_FLOAT32, CHORUS_PROD}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) ASSERT_EQ(run_ranks(4, untouched_rank, &cases[i]), 0);
+  ranks_set_hosts(0, NULL);
+}
+
+/* A forced algorithm that does not compress runs the call as it is. */
+TEST_EX(hosts_forced_ring_uncompressed, 120, "quick") {
+  ranks_set_hosts(4, k2x2_rr);
+  setenv("CHORUS_ALGO", "allreduce:ring", 1);
+  untouched_t u = {CHORUS_FLOAT32, CHORUS_SUM};
+  ASSERT_EQ(run_ranks(4, untouched_rank, &u), 0);
+  unsetenv("CHORUS_ALGO");
+  ranks_set_hosts(0, NULL);
+}
+
+/* ---- ranks that disagree on the codec ---- */
+
+static int mismatch_rank(chorus_comm_t* comm, int rank, void* arg) {
+  (void)arg;
+  chorus_compression_opts_t o = {rank == 1 ? CHORUS_COMPRESSION_BF16 : CHORUS_COMPRESSION_FP16, 0,
+                                 CHORUS_COMPRESSION_SCOPE_ALL};
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, &o));
+  float buf[4096];
+  fill_input(buf, 4096, DATA_RANDOM, 3, rank);
+  chorus_status_t st = chorus_allreduce(buf, buf, 4096, CHORUS_FLOAT32, CHORUS_SUM, comm);
+  int across = ranks_hosts_active(4);
+  if (st == CHORUS_ERR_MISMATCH || (across && st == CHORUS_ERR_REMOTE)) return 0;
+  printf("WRONG rank %d: a call whose codec differs between ranks returned %s: %s\n", rank, chorus_status_name(st),
+         chorus_comm_last_error(comm));
+  return 1;
+}
+
+TEST_EX(mismatch_one_host, 120, "quick") {
+  setenv("CHORUS_TIMEOUT_SEC", "20", 1);
+  ASSERT_EQ(run_ranks(4, mismatch_rank, NULL), 0);
+  unsetenv("CHORUS_TIMEOUT_SEC");
+}
+
+TEST_EX(mismatch_hosts, 120, "quick") {
+  setenv("CHORUS_TIMEOUT_SEC", "20", 1);
+  ranks_set_hosts(4, k2x2_rr);
+  ASSERT_EQ(run_ranks(4, mismatch_rank, NULL), 0);
+  ranks_set_hosts(0, NULL);
+  unsetenv("CHORUS_TIMEOUT_SEC");
+}
+
+/* ---- the setting itself ---- */
+
+static int api_rank(chorus_comm_t* comm, int rank, void* arg) {
+  (void)rank, (void)arg;
+  chorus_compression_opts_t o;
+  ASSERT_OK(chorus_comm_get_compression(comm, &o)); /* CHORUS_COMPRESSION=topk:1% */
+  ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_TOPK);
+  ASSERT_TRUE(fabs(o.topk_fraction - 0.01) < 1e-12);
+  ASSERT_EQ((int)o.scope, (int)CHORUS_COMPRESSION_SCOPE_ALL);
+  chorus_compression_opts_t bad[] = {{(chorus_compression_t)6, 0, CHORUS_COMPRESSION_SCOPE_ALL},
+                                     {(chorus_compression_t)-1, 0, CHORUS_COMPRESSION_SCOPE_ALL},
+                                     {CHORUS_COMPRESSION_TOPK, 0.0, CHORUS_COMPRESSION_SCOPE_ALL},
+                                     {CHORUS_COMPRESSION_TOPK, 1.5, CHORUS_COMPRESSION_SCOPE_ALL},
+                                     {CHORUS_COMPRESSION_INT8, 0, (chorus_compression_scope_t)2}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    ASSERT_STATUS(chorus_comm_set_compression(comm, &bad[i]), CHORUS_ERR_INVALID_ARG);
+    ASSERT_TRUE(strstr(chorus_comm_last_error(comm), "chorus_comm_set_compression") != NULL);
+  }
+  ASSERT_STATUS(chorus_comm_get_compression(comm, NULL), CHORUS_ERR_INVALID_ARG);
+  chorus_compression_opts_t int4 = {CHORUS_COMPRESSION_INT4, 0.5, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
+  ASSERT_OK(chorus_comm_set_compression(comm, &int4));
+  ASSERT_OK(chorus_comm_get_compression(comm, &o));
+  ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_INT4);
+  ASSERT_TRUE(o.topk_fraction == 0.0); /* only top-k keeps a fraction */
+  ASSERT_OK(chorus_comm_set_compression(comm, NULL));
+  ASSERT_OK(chorus_comm_get_compression(comm, &o));
+  ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_TOPK);
+  return 0;
+}
+
+TEST_EX(api_and_env, 120, "quick") {
+  ASSERT_STR_EQ(chorus_compression_name(CHORUS_COMPRESSION_INT8), "int8");
+  ASSERT_STR_EQ(chorus_compression_name(CHORUS_COMPRESSION_NONE), "none");
+  ASSERT_NULL(chorus_compression_name((chorus_compression_t)42));
+  ASSERT_STATUS(chorus_comm_set_compression(NULL, NULL), CHORUS_ERR_INVALID_ARG);
+  ASSERT_STATUS(chorus_comm_get_compression(NULL, NULL), CHORUS_ERR_INVALID_ARG);
+  setenv("CHORUS_COMPRESSION", "topk:1%", 1);
+  setenv("CHORUS_COMPRESSION_SCOPE", "all", 1);
+  ASSERT_EQ(run_ranks(2, api_rank, NULL), 0);
+  /* Bad settings: the communicator is refused with a message naming the variable. */
+  const char* bad_env[][2] = {{"CHORUS_COMPRESSION", "int3"},  {"CHORUS_COMPRESSION", "topk:0"},
+                              {"CHORUS_COMPRESSION", "topk:x"}, {"CHORUS_COMPRESSION", "topk:150%"},
+                              {"CHORUS_COMPRESSION_SCOPE", "host"}};
+  for (size_t i = 0; i < sizeof(bad_env) / sizeof(bad_env[0]); i++) {
+    setenv("CHORUS_COMPRESSION", "int8", 1);
+    setenv("CHORUS_COMPRESSION_SCOPE", "all", 1);
+    setenv(bad_env[i][0], bad_env[i][1], 1);
+    chorus_unique_id_t id;
+    ASSERT_OK(chorus_get_unique_id(&id));
+    chorus_comm_t* comm = NULL;
+    ASSERT_STATUS(chorus_comm_init(&comm, 1, 0, &id, NULL), CHORUS_ERR_INVALID_ARG);
+    ASSERT_NULL(comm); /* the warning it logs names the variable and what it expects */
+  }
+  unsetenv("CHORUS_COMPRESSION");
+  unsetenv("CHORUS_COMPRESSION_SCOPE");
+}
