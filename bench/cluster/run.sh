@@ -10,7 +10,9 @@
 #   --reps N          repetitions (each runs every row at every size once) [3]
 #   --sizes "..."     message sizes, bytes with K/M suffixes [4K 1M 64M]
 #   --rows "..."      rows, of: naive ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best
-#                     [all of them]
+#                     [all of them], and the compressed allreduce (automatic selection with
+#                     CHORUS_COMPRESSION set, not checked: lossy): zip_fp16 zip_bf16 zip_int8
+#                     zip_int4 zip_topk (top-k 1%)
 #   --hosts H         [4]
 #   --ranks L         ranks per host [2]
 #   --rate RATE       tc tbf rate of every host link, each way [2gbit]
@@ -34,6 +36,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CHORUS_CLUSTER_BUILD_DIR:-$REPO/build}
 ALL_ROWS="naive ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best"
+ZIP_ROWS="zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk"
 SUBNET=198.18.0
 
 reps=3 sizes="4K 1M 64M" rows=$ALL_ROWS hosts=4 ranks=2 rate=2gbit out=/tmp/chorus-cluster
@@ -62,7 +65,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
 [[ $run_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout-sec needs seconds"
-[ $line_rate = 1 ] || for r in $rows; do [[ " $ALL_ROWS " == *" $r "* ]] || die "unknown row '$r'"; done
+[ $line_rate = 1 ] || for r in $rows; do [[ " $ALL_ROWS $ZIP_ROWS " == *" $r "* ]] || die "unknown row '$r'"; done
 
 bytes_of() { # 4K -> 4096
   local v=${1%[KkMmGg]} s=${1: -1}
@@ -190,6 +193,8 @@ one_run() {
     ring_rr) chorus_run "$log" rr -- "${perf[@]}" -a ring ;;
     auto) chorus_run "$log" host -- "${perf[@]}" ;;
     auto_rr) chorus_run "$log" rr -- "${perf[@]}" ;;
+    zip_topk) chorus_run "$log" host CHORUS_COMPRESSION=topk:0.01 -- "${perf[@]:0:9}" -c 0 -d float32 ;;
+    zip_*) chorus_run "$log" host CHORUS_COMPRESSION="${row#zip_}" -- "${perf[@]:0:9}" -c 0 -d float32 ;;
     ompi) mpi_run "$log" 0 -- "${perf[@]}" ;;
     ompi_best) mpi_run "$log" "$ompi_best_alg" -- "${perf[@]}" ;;
     ompi_alg*) mpi_run "$log" "${row#ompi_alg}" -- "${perf[@]}" ;;

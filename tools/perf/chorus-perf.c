@@ -288,8 +288,16 @@ static void print_header(const perf_ctx_t* ctx, perf_coll_t coll) {
          coll_info[coll].reduces ? (o->op_all ? "all" : chorus_op_name(o->op)) : "none", o->root,
          o->iters, o->warmup, o->check, o->inplace ? "in place" : "out of place",
          o->nonblocking ? "non-blocking" : "blocking");
-  printf("# host %s | chorus %s | algo %s\n#\n", ctx->host, ctx->version,
-         forced_algo(coll, algo, sizeof algo));
+  chorus_compression_opts_t zip = {CHORUS_COMPRESSION_NONE, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
+  chorus_comm_get_compression(ctx->comm, &zip);
+  char compression[64] = "none";
+  const char* scope = zip.scope == CHORUS_COMPRESSION_SCOPE_ALL ? "every level" : "across hosts";
+  if (zip.codec == CHORUS_COMPRESSION_TOPK)
+    snprintf(compression, sizeof compression, "topk %g (%s)", zip.topk_fraction, scope);
+  else if (zip.codec != CHORUS_COMPRESSION_NONE)
+    snprintf(compression, sizeof compression, "%s (%s)", chorus_compression_name(zip.codec), scope);
+  printf("# host %s | chorus %s | algo %s | compression %s\n#\n", ctx->host, ctx->version,
+         forced_algo(coll, algo, sizeof algo), compression);
   printf("#%12s %12s %9s %6s %13s %10s %12s %12s %7s\n", "size", "count", "type", "redop", "algo",
          "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   fflush(stdout);

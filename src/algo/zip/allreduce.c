@@ -31,6 +31,7 @@ enum { TAG_RS = 0, TAG_AG = 1 };
 struct chorus_zip {
   chorus_sched_t s;
   int n, me, phase;
+  int kind, round;  /* the exchange running (exchange_t) and its round, 1 .. n - 1 */
   size_t* first; /* n blocks of the vector (dense codecs) */
   size_t* len;
   size_t* enc_at; /* n + 1: where encoded block b starts in `mine` and `reduced` */
@@ -38,7 +39,7 @@ struct chorus_zip {
   char* theirs;   /* n slots `stride` apart: the others' encodings of my block (or their pairs) */
   size_t slot, stride; /* bytes of one encoding in theirs; the distance between two */
   char* reduced;  /* every member's reduced block, encoded, at enc_at[b] (dense) */
-  chorus_algo_xfer_t* x; /* 2 (n - 1) */
+  chorus_algo_xfer_t x[2]; /* this round's receive and send */
 };
 
 static size_t enc_bytes(const chorus_zip_t* z, int b) { return chorus__codec_bytes(&z->s.codec, z->len[b]); }
@@ -53,7 +54,7 @@ typedef enum {
   XCH_TOPK, /* receive m's pairs into slot m of theirs; send all of mine */
 } exchange_t;
 
-static chorus_status_t post_one(chorus_task_t* t, chorus_zip_t* z, exchange_t kind, int is_send, int m, int k) {
+static chorus_status_t post_one(chorus_task_t* t, chorus_zip_t* z, int kind, int is_send, int m, int k) {
   const char* buf;
   size_t bytes;
   if (kind == XCH_AG) {
@@ -70,17 +71,30 @@ static chorus_status_t post_one(chorus_task_t* t, chorus_zip_t* z, exchange_t ki
   return chorus__sched_post(t, &z->s, &z->x[k], is_send, m, buf, bytes, kind == XCH_AG ? TAG_AG : TAG_RS);
 }
 
-/* Posts the receives of one exchange, then its sends. */
-static chorus_status_t exchange(chorus_task_t* t, chorus_zip_t* z, exchange_t kind) {
-  chorus_status_t st = CHORUS_OK;
-  int k = 0;
-  for (int is_send = 0; is_send < 2; is_send++)
-    for (int m = 0; m < z->n && st >= 0; m++)
-      if (m != z->me) st = post_one(t, z, kind, is_send, m, k++);
-  return st;
+/* An exchange runs in n - 1 rounds: in round j this member receives from m - j and sends to
+ * m + j, so each member has one transfer in flight each way, as in a ring. All at once (3
+ * peers per rank on 4 emulated hosts at 2 Gbit/s) stalled calls for 100s of ms: several flows
+ * into one shaped host link lost packets and waited for TCP's loss recovery. */
+static chorus_status_t post_round(chorus_task_t* t, chorus_zip_t* z) {
+  int from = (z->me - z->round + z->n) % z->n, to = (z->me + z->round) % z->n;
+  chorus_status_t st = post_one(t, z, z->kind, 0, from, 0);
+  return st < 0 ? st : post_one(t, z, z->kind, 1, to, 1);
 }
 
-static int exchanged(const chorus_zip_t* z) { return chorus__algo_all_done(z->x, 2 * (z->n - 1)); }
+static chorus_status_t exchange(chorus_task_t* t, chorus_zip_t* z, exchange_t kind) {
+  z->kind = kind;
+  z->round = 1;
+  return z->n > 1 ? post_round(t, z) : CHORUS_OK;
+}
+
+/* 1 when the exchange's last round is done; starts the next round when one is. */
+static int exchanged(chorus_task_t* t, chorus_zip_t* z, chorus_status_t* st) {
+  while (z->round < z->n) {
+    if (!chorus__algo_all_done(z->x, 2)) return 0;
+    if (++z->round < z->n && (*st = post_round(t, z)) < 0) return 1;
+  }
+  return 1;
+}
 
 /* The others' encodings of my block have arrived: sum them with mine in member order, divide
  * for avg, encode the result once and hand it to everyone, myself included. */
@@ -138,16 +152,19 @@ chorus_status_t chorus__zip_step(chorus_task_t* t, chorus_zip_t* z) {
         st = start_exchange(t, z);
         break;
       case ZIP_RS_WAIT:
-        if (!exchanged(z)) return CHORUS_INPROGRESS;
+        if (!exchanged(t, z, &st)) return CHORUS_INPROGRESS;
+        if (st < 0) return st;
         st = reduce_my_block(t, z);
         break;
       case ZIP_AG_WAIT:
-        if (!exchanged(z)) return CHORUS_INPROGRESS;
+        if (!exchanged(t, z, &st)) return CHORUS_INPROGRESS;
+        if (st < 0) return st;
         decode_others(z);
         z->phase = ZIP_DONE;
         break;
       case ZIP_TOPK_WAIT:
-        if (!exchanged(z)) return CHORUS_INPROGRESS;
+        if (!exchanged(t, z, &st)) return CHORUS_INPROGRESS;
+        if (st < 0) return st;
         sum_topk(z);
         z->phase = ZIP_DONE;
         break;
@@ -181,7 +198,7 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
     reduced_bytes = mine_bytes;
     stride = block_area(s, n, me);
   }
-  size_t head = align64(sizeof(chorus_zip_t) + (3 * nb + 1) * sizeof(size_t) + 2 * (nb - 1) * sizeof(chorus_algo_xfer_t));
+  size_t head = align64(sizeof(chorus_zip_t) + (3 * nb + 1) * sizeof(size_t));
   chorus_zip_t* z = calloc(1, head + mine_bytes + nb * stride + reduced_bytes);
   if (!z) return CHORUS_ERR_NO_MEMORY;
   z->s = *s;
@@ -194,7 +211,6 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
     chorus__ring_segment(s->count, n, b, &z->first[b], &z->len[b]);
     z->enc_at[b + 1] = z->enc_at[b] + align64(chorus__codec_bytes(&s->codec, z->len[b]));
   }
-  z->x = (chorus_algo_xfer_t*)(z->enc_at + nb + 1);
   z->mine = (char*)z + head;
   z->slot = topk ? chorus__codec_bytes(&s->codec, s->count) : enc_bytes(z, me);
   z->stride = stride;
