@@ -252,6 +252,27 @@ CHORUS_API chorus_status_t chorus_comm_get_compression(const chorus_comm_t* comm
 /* "int8"; NULL for a value that is not a chorus_compression_t. */
 CHORUS_API const char* chorus_compression_name(chorus_compression_t codec);
 
+/* Error feedback: the state of one gradient buffer, `count` float32 of what compression dropped
+ * from this rank's contribution (zero at first). An allreduce given it (chorus_allreduce_ex)
+ * adds it to the data it encodes, then keeps what this encoding dropped, so nothing is lost
+ * for good, only late: int4 and top-k need it to converge. Across hosts with scope inter-host
+ * the encoded data is the host's sum of a segment the rank carries over its rail, and the
+ * residual keeps that segment's loss; the final re-encoding of each reduced block is not fed
+ * back. One handle per buffer (a DDP bucket), used with one communicator and one count, by one
+ * call at a time; calls that are not compressed leave it as it is. Destroy it after its last
+ * call has completed (not collective). Returns OK, ERR_INVALID_ARG, ERR_NO_MEMORY. */
+typedef struct chorus_residual chorus_residual_t;
+CHORUS_API chorus_status_t chorus_residual_create(chorus_comm_t* comm, size_t count, chorus_residual_t** residual);
+CHORUS_API chorus_status_t chorus_residual_destroy(chorus_residual_t* residual);
+
+/* An allreduce with options: its own compression instead of the communicator's (part of the
+ * call's signature, like the setting), and an error-feedback residual. NULL fields (or opts)
+ * mean the communicator's setting and no residual. */
+typedef struct {
+  const chorus_compression_opts_t* compression;
+  chorus_residual_t* residual;
+} chorus_allreduce_opts_t;
+
 /* ---- registered memory ----
  * Buffers that every rank of a host can map, so same-host collectives on them copy nothing
  * into staging areas (the models are NCCL's ncclMemAlloc and HCCL's symmetric windows). */
@@ -273,6 +294,11 @@ CHORUS_API chorus_status_t chorus_mem_free(chorus_comm_t* comm, void* ptr);
  * In place when sendbuf == recvbuf (for allgather/gather: when sendbuf is the caller's slot of
  * recvbuf). Every call returns OK, ERR_INVALID_ARG, ERR_COMM_BROKEN, ERR_NOT_SUPPORTED (a forced
  * CHORUS_ALGO that cannot serve the call), ERR_MISMATCH, ERR_REMOTE, ERR_TIMEOUT, ERR_NO_MEMORY. */
+
+/* chorus_allreduce with options (above): ERR_INVALID_ARG also for an invalid compression or a
+ * residual made for another communicator or count. */
+CHORUS_API chorus_status_t chorus_allreduce_ex(const void* sendbuf, void* recvbuf, size_t count, chorus_dtype_t dtype,
+                                               chorus_op_t op, const chorus_allreduce_opts_t* opts, chorus_comm_t* comm);
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank; count elements. */
 CHORUS_API chorus_status_t chorus_allreduce(const void* sendbuf, void* recvbuf, size_t count,
@@ -451,6 +477,9 @@ CHORUS_API chorus_status_t chorus_group_end(void);
 CHORUS_API chorus_status_t chorus_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
                                              chorus_dtype_t dtype, chorus_op_t op,
                                              chorus_comm_t* comm, chorus_req_t** req);
+CHORUS_API chorus_status_t chorus_iallreduce_ex(const void* sendbuf, void* recvbuf, size_t count, chorus_dtype_t dtype,
+                                                chorus_op_t op, const chorus_allreduce_opts_t* opts, chorus_comm_t* comm,
+                                                chorus_req_t** req);
 CHORUS_API chorus_status_t chorus_ibroadcast(const void* sendbuf, void* recvbuf, size_t count,
                                              chorus_dtype_t dtype, int root, chorus_comm_t* comm,
                                              chorus_req_t** req);

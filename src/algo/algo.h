@@ -48,6 +48,9 @@ typedef struct {
   /* Compress what this run sends (kind NONE: do not). Only the zip engine reads it; a
    * two-level algorithm hands it to its inter-host phase alone. */
   chorus_codec_t codec;
+  /* Error feedback (with a codec): element e of this run's input has residual[e], added before
+   * encoding and replaced by what the encoding dropped. NULL: none. */
+  float* residual;
 } chorus_sched_t;
 
 /* The schedule of a whole-communicator call over `group` (the task's own arguments, root

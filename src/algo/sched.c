@@ -22,5 +22,6 @@ void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_
       .avg_divisor = t->nranks,
       .chunk_bytes = t->chunk_bytes,
       .codec = t->codec,
+      .residual = t->residual,
   };
 }

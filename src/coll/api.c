@@ -121,6 +121,7 @@ static chorus_status_t start_call(chorus_comm_t* comm, chorus_coll_args_t a, int
     return CHORUS_ERR_COMM_BROKEN;
   }
   chorus_status_t st = chorus__args_check(comm, &a);
+  if (st >= 0 && (a.zip_given || a.residual)) st = chorus__compression_check_opts(comm, &a);
   void* vec = NULL;
   if (st >= 0 && chorus__coll_is_v(a.coll)) st = chorus__vargs_prepare(comm, &a, &vec);
   if (st < 0) {
@@ -222,6 +223,25 @@ CHORUS_API chorus_status_t chorus_allreduce(const void* s, void* r, size_t n, ch
 }
 CHORUS_API chorus_status_t chorus_iallreduce(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op, chorus_comm_t* c, chorus_req_t** q) {
   return start(c, ARGS(CH_COLL_ALLREDUCE, s, r, n, dt, op, 0), 0, q);
+}
+/* The options of chorus_allreduce_ex in the call's arguments (copied: opts need not outlive it). */
+static chorus_coll_args_t allreduce_ex_args(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op,
+                                            const chorus_allreduce_opts_t* opts) {
+  chorus_coll_args_t a = ARGS(CH_COLL_ALLREDUCE, s, r, n, dt, op, 0);
+  if (opts && opts->compression) {
+    a.zip_given = 1;
+    a.zip = *opts->compression;
+  }
+  if (opts) a.residual = opts->residual;
+  return a;
+}
+CHORUS_API chorus_status_t chorus_allreduce_ex(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op,
+                                               const chorus_allreduce_opts_t* opts, chorus_comm_t* c) {
+  return start(c, allreduce_ex_args(s, r, n, dt, op, opts), 1, NULL);
+}
+CHORUS_API chorus_status_t chorus_iallreduce_ex(const void* s, void* r, size_t n, chorus_dtype_t dt, chorus_op_t op,
+                                                const chorus_allreduce_opts_t* opts, chorus_comm_t* c, chorus_req_t** q) {
+  return start(c, allreduce_ex_args(s, r, n, dt, op, opts), 0, q);
 }
 CHORUS_API chorus_status_t chorus_broadcast(const void* s, void* r, size_t n, chorus_dtype_t dt, int root, chorus_comm_t* c) {
   return start(c, ARGS(CH_COLL_BROADCAST, s, r, n, dt, CHORUS_SUM, root), 1, NULL);

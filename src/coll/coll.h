@@ -20,6 +20,9 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
  * setting does not cover). comm->mu held. */
 chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char* err, size_t errlen);
 void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t);
+/* chorus_allreduce_ex's options: a valid compression, a residual of this communicator and count
+ * (on error writes comm->last_error). comm->mu held. */
+chorus_status_t chorus__compression_check_opts(chorus_comm_t* comm, const chorus_coll_args_t* a);
 
 /* A blocking exchange of bytes for the library itself (the link probe): the first registered
  * algorithm, no CHORUS_ALGO rule, no recorder or trace entry. */

@@ -4,6 +4,7 @@
  * float32 sum/avg allreduces, across hosts (scope inter-host) or everywhere (scope all).
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,13 +107,59 @@ chorus_status_t chorus_comm_get_compression(const chorus_comm_t* comm, chorus_co
   return CHORUS_OK;
 }
 
+struct chorus_residual {
+  const chorus_comm_t* comm;
+  size_t count;
+  float values[];
+};
+
+chorus_status_t chorus_residual_create(chorus_comm_t* comm, size_t count, chorus_residual_t** residual) {
+  if (!chorus__live_check(comm, "chorus_residual_create")) return CHORUS_ERR_INVALID_ARG;
+  if (!residual || count > (SIZE_MAX - sizeof(chorus_residual_t)) / sizeof(float)) {
+    pthread_mutex_lock(&comm->mu);
+    chorus__comm_set_error(comm, "chorus_residual_create: %s", residual ? "count too large" : "the handle pointer is NULL");
+    pthread_mutex_unlock(&comm->mu);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  chorus_residual_t* r = calloc(1, sizeof(*r) + count * sizeof(float));
+  if (!r) return CHORUS_ERR_NO_MEMORY;
+  r->comm = comm;
+  r->count = count;
+  *residual = r;
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus_residual_destroy(chorus_residual_t* residual) {
+  if (!residual) return CHORUS_ERR_INVALID_ARG;
+  free(residual);
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus__compression_check_opts(chorus_comm_t* comm, const chorus_coll_args_t* a) {
+  if (a->zip_given && !opts_valid(&a->zip)) {
+    chorus__comm_set_error(comm, "chorus_allreduce_ex: compression codec %d, scope %d, top-k fraction %g: unknown "
+                                 "codec or scope, or a fraction outside (0, 1]",
+                           (int)a->zip.codec, (int)a->zip.scope, a->zip.topk_fraction);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  if (a->residual && (a->residual->comm != comm || a->residual->count != a->count)) {
+    chorus__comm_set_error(comm, "chorus_allreduce_ex: the residual was made for %s and %zu elements, the call has %zu",
+                           a->residual->comm == comm ? "this communicator" : "another communicator",
+                           a->residual->count, a->count);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  return CHORUS_OK;
+}
+
 void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t) {
-  const chorus_compression_opts_t* o = &comm->compression;
   const chorus_coll_args_t* a = &t->args;
+  const chorus_compression_opts_t* o = a->zip_given ? &a->zip : &comm->compression;
   t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0};
+  t->residual = NULL;
   if (o->codec == CHORUS_COMPRESSION_NONE || t->internal || a->coll != CH_COLL_ALLREDUCE) return;
   if (a->dtype != CHORUS_FLOAT32 || (a->op != CHORUS_SUM && a->op != CHORUS_AVG)) return;
   if (o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST && comm->topo.nhosts < 2) return;
   t->codec = (chorus_codec_t){(chorus_codec_kind_t)o->codec, o->topk_fraction};
   t->codec_scope_all = o->scope == CHORUS_COMPRESSION_SCOPE_ALL;
+  t->residual = a->residual ? a->residual->values : NULL;
 }

@@ -77,7 +77,8 @@ typedef struct {
 static uint64_t fuse_key(const chorus_task_t* t) {
   const chorus_coll_args_t* a = &t->args;
   switch (a->coll) {
-    case CH_COLL_ALLREDUCE: return 1 | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16;
+    case CH_COLL_ALLREDUCE: /* a call with its own compression or residual runs on its own */
+      return a->zip_given || a->residual ? 0 : 1 | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16;
     case CH_COLL_ALLGATHER: return 2 | (uint64_t)a->dtype << 8;
     case CH_COLL_BARRIER: return 3;
     default: return 0;

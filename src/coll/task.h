@@ -101,6 +101,11 @@ typedef struct {
    * calls' kinds and counts), 0 otherwise. Part of the signature, in place of the root of the
    * collectives that have none, so that ranks whose groups differ get ERR_MISMATCH. */
   uint32_t shape;
+  /* chorus_allreduce_ex: the call's own compression (zip_given) instead of the communicator's,
+   * and its error-feedback residual (NULL: none). */
+  int zip_given;
+  chorus_compression_opts_t zip;
+  struct chorus_residual* residual;
 } chorus_coll_args_t;
 
 struct chorus_comm;
@@ -132,6 +137,7 @@ typedef struct chorus_task {
    * it applies at every level (else only across hosts). Part of the signature (op byte). */
   chorus_codec_t codec;
   int codec_scope_all;
+  float* residual; /* the error-feedback values of args.residual when the call is compressed */
   const char* sub_algo; /* CHORUS_ALGO's inner engine for this call ("rhd" of "hier/rhd"), or NULL */
   size_t dtype_size;  /* bytes per element */
   size_t chunk_bytes; /* pipelining unit (CHORUS_BUFF_SIZE), a multiple of 64 bytes */

@@ -438,3 +438,139 @@ TEST_EX(api_and_env, 120, "quick") {
   unsetenv("CHORUS_COMPRESSION");
   unsetenv("CHORUS_COMPRESSION_SCOPE");
 }
+
+/* ---- error feedback and per-call options (chorus_allreduce_ex) ---- */
+
+enum { EF_CALLS = 3, EF_COUNT = 5003 };
+
+typedef struct {
+  chorus_compression_opts_t opts;
+  uint64_t hash[EF_CALLS][MAX_RANKS];
+  atomic_int problems;
+} ef_plan_t;
+
+/* The flat compressed allreduce with every member's residual carried from call to call, members
+ * in rank order: what chorus_allreduce_ex must give on one host with scope all. */
+static void reference_ef(const chorus_codec_t* codec, int n, int call_no, float* const* residuals, float* out) {
+  size_t count = EF_COUNT;
+  float* in = malloc(count * sizeof(float));
+  void* enc = malloc(chorus__codec_bytes(codec, count) + 64);
+  ASSERT_TRUE(in && enc);
+  if (codec->kind == CHORUS_CODEC_TOPK) {
+    memset(out, 0, count * sizeof(float));
+    for (int m = 0; m < n; m++) {
+      fill_input(in, count, DATA_RANDOM, 100 + call_no, m);
+      for (size_t i = 0; i < count; i++) residuals[m][i] += in[i];
+      chorus__codec_encode(codec, enc, residuals[m], count, residuals[m]);
+      chorus__codec_decode_add(codec, out, enc, count);
+    }
+  } else {
+    for (int b = 0; b < n; b++) {
+      size_t first, len;
+      segment(count, n, b, &first, &len);
+      for (int m = 0; m < n; m++) {
+        fill_input(in, count, DATA_RANDOM, 100 + call_no, m);
+        float* r = residuals[m] + first;
+        for (size_t i = 0; i < len; i++) r[i] += in[first + i];
+        chorus__codec_encode(codec, enc, r, len, r);
+        if (m == 0) chorus__codec_decode(codec, out + first, enc, len);
+        else chorus__codec_decode_add(codec, out + first, enc, len);
+      }
+      chorus__codec_encode(codec, enc, out + first, len, NULL);
+      chorus__codec_decode(codec, out + first, enc, len);
+    }
+  }
+  free(in);
+  free(enc);
+}
+
+static int ef_rank(chorus_comm_t* comm, int rank, void* arg) {
+  ef_plan_t* p = arg;
+  int n = 0, one_host = !ranks_hosts_active(4) && !ranks_hosts_active(8) && !ranks_hosts_active(6);
+  ASSERT_OK(chorus_comm_size(comm, &n));
+  chorus_residual_t* residual = NULL;
+  ASSERT_COMM_OK(comm, chorus_residual_create(comm, EF_COUNT, &residual));
+  chorus_codec_t codec = {(chorus_codec_kind_t)p->opts.codec, p->opts.topk_fraction};
+  float* ref_res[MAX_RANKS];
+  for (int m = 0; m < n; m++) ASSERT_NOT_NULL(ref_res[m] = calloc(EF_COUNT, sizeof(float)));
+  float *in = malloc(EF_COUNT * sizeof(float)), *out = malloc(EF_COUNT * sizeof(float)),
+        *want = malloc(EF_COUNT * sizeof(float));
+  ASSERT_TRUE(in && out && want);
+  chorus_allreduce_opts_t opts = {&p->opts, residual};
+  for (int k = 0; k < EF_CALLS; k++) {
+    fill_input(in, EF_COUNT, DATA_RANDOM, 100 + k, rank);
+    ASSERT_COMM_OK(comm, chorus_allreduce_ex(in, out, EF_COUNT, CHORUS_FLOAT32, CHORUS_SUM, &opts, comm));
+    p->hash[k][rank] = hash_floats(out, EF_COUNT);
+    if (!one_host) continue;
+    reference_ef(&codec, n, k, ref_res, want);
+    if (memcmp(want, out, EF_COUNT * sizeof(float)) != 0) {
+      printf("WRONG rank %d, call %d with error feedback (%s): not the reference\n", rank, k,
+             chorus_compression_name(p->opts.codec));
+      atomic_fetch_add(&p->problems, 1);
+    }
+  }
+  for (int m = 0; m < n; m++) free(ref_res[m]);
+  free(in);
+  free(out);
+  free(want);
+  ASSERT_OK(chorus_residual_destroy(residual));
+  return 0;
+}
+
+static void run_ef(int n, const int* hosts, chorus_compression_scope_t scope) {
+  static const chorus_compression_t codecs[] = {CHORUS_COMPRESSION_INT8, CHORUS_COMPRESSION_INT4,
+                                                CHORUS_COMPRESSION_TOPK};
+  for (size_t c = 0; c < sizeof(codecs) / sizeof(codecs[0]); c++) {
+    static ef_plan_t p;
+    memset(&p, 0, sizeof(p));
+    p.opts = (chorus_compression_opts_t){codecs[c], 0.05, scope};
+    ranks_set_hosts(hosts ? n : 0, hosts);
+    ASSERT_EQ(run_ranks(n, ef_rank, &p), 0);
+    ranks_set_hosts(0, NULL);
+    for (int k = 0; k < EF_CALLS; k++)
+      for (int r = 1; r < n; r++)
+        if (p.hash[k][r] != p.hash[k][0]) FAIL("%s call %d: rank %d's result is not rank 0's", chorus_compression_name(codecs[c]), k, r);
+    if (atomic_load(&p.problems)) FAIL("%d wrong results (lines above)", atomic_load(&p.problems));
+  }
+}
+
+/* The communicator has no compression: the call's own options (and residual) apply. */
+TEST_EX(ef_one_host_n3, 120, "quick") { run_ef(3, NULL, CHORUS_COMPRESSION_SCOPE_ALL); }
+TEST_EX(ef_hosts_2x2_rr, 120, "quick") { run_ef(4, k2x2_rr, CHORUS_COMPRESSION_SCOPE_INTER_HOST); }
+TEST_EX(ef_hosts_4x2_rr, 300, "full") { run_ef(8, k4x2_rr, CHORUS_COMPRESSION_SCOPE_INTER_HOST); }
+
+static int ef_errors_rank(chorus_comm_t* comm, int rank, void* arg) {
+  chorus_comm_t* other = arg;
+  (void)rank;
+  float buf[16] = {0};
+  chorus_residual_t *r = NULL, *foreign = NULL;
+  ASSERT_STATUS(chorus_residual_create(comm, 16, NULL), CHORUS_ERR_INVALID_ARG);
+  ASSERT_STATUS(chorus_residual_create(NULL, 16, &r), CHORUS_ERR_INVALID_ARG);
+  ASSERT_OK(chorus_residual_create(comm, 8, &r));
+  ASSERT_OK(chorus_residual_create(other, 16, &foreign));
+  chorus_allreduce_opts_t wrong_count = {NULL, r}, wrong_comm = {NULL, foreign};
+  ASSERT_STATUS(chorus_allreduce_ex(buf, buf, 16, CHORUS_FLOAT32, CHORUS_SUM, &wrong_count, comm), CHORUS_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(chorus_comm_last_error(comm), "8 elements") != NULL);
+  ASSERT_STATUS(chorus_allreduce_ex(buf, buf, 16, CHORUS_FLOAT32, CHORUS_SUM, &wrong_comm, comm), CHORUS_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(chorus_comm_last_error(comm), "another communicator") != NULL);
+  chorus_compression_opts_t bad = {CHORUS_COMPRESSION_TOPK, 2.0, CHORUS_COMPRESSION_SCOPE_ALL};
+  chorus_allreduce_opts_t bad_opts = {&bad, NULL};
+  ASSERT_STATUS(chorus_allreduce_ex(buf, buf, 16, CHORUS_FLOAT32, CHORUS_SUM, &bad_opts, comm), CHORUS_ERR_INVALID_ARG);
+  /* The refused calls left the communicator working, options or none. */
+  ASSERT_COMM_OK(comm, chorus_allreduce_ex(buf, buf, 16, CHORUS_FLOAT32, CHORUS_SUM, NULL, comm));
+  ASSERT_OK(chorus_residual_destroy(r));
+  ASSERT_OK(chorus_residual_destroy(foreign));
+  ASSERT_STATUS(chorus_residual_destroy(NULL), CHORUS_ERR_INVALID_ARG);
+  return 0;
+}
+
+static int make_other_and_check(chorus_comm_t* comm, int rank, void* arg) {
+  (void)arg;
+  chorus_comm_t* other = NULL; /* a second communicator of the same ranks */
+  ASSERT_COMM_OK(comm, chorus_comm_split(comm, 0, rank, &other));
+  int st = ef_errors_rank(comm, rank, other);
+  ASSERT_OK(chorus_comm_destroy(other));
+  return st;
+}
+
+TEST_EX(ef_errors, 120, "quick") { ASSERT_EQ(run_ranks(2, make_other_and_check, NULL), 0); }

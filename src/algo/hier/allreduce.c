@@ -83,11 +83,13 @@ static chorus_status_t start_leader_stage(chorus_task_t* t, hier_t* h, chorus_sc
   if (stage == STAGE_AR) {
     s->group = h->at.rail;
     s->sendbuf = chunk;
+    if (s->residual) s->residual += chunk_first(h, c);
     *run = (chorus_hier_run_t){h->eng->step, h->eng->free, NULL};
     return h->eng->start(s, &run->st);
   }
   s->group = h->at.host;
   s->avg_divisor = 0;
+  s->residual = NULL;
   if (stage == STAGE_RS) {
     s->sendbuf = (const char*)h->whole.sendbuf + chunk_first(h, c) * h->whole.elem_bytes;
     return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(s, run);
@@ -109,10 +111,12 @@ static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_
     s.recvbuf = (char*)h->whole.recvbuf + off + first * h->whole.elem_bytes;
     s.sendbuf = s.recvbuf;
     s.count = len;
+    if (s.residual) s.residual += chunk_first(h, c) + first; /* the segment this rank carries */
     *run = (chorus_hier_run_t){h->eng->step, h->eng->free, NULL};
     return h->eng->start(&s, &run->st);
   }
   int is_rs = stage == STAGE_RS;
+  s.residual = NULL;
   s.group = h->at.host;
   s.sendbuf = is_rs ? (const char*)h->whole.sendbuf + off : (char*)h->whole.recvbuf + off;
   s.recvbuf = (char*)h->whole.recvbuf + off;

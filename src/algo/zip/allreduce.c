@@ -13,6 +13,8 @@
  * pairs to every member (an allgather of equal blocks: k depends only on the count); each sums
  * the n sparse vectors into zeros in member order. Nothing is re-encoded.
  * Bytes each member sends: 2 (n-1)/n of the encoded vector (dense), (n-1) k pairs (top-k).
+ * Error feedback (s->residual): what encoding a member's input drops is added to that input at
+ * the next call with the same residual; the owner's re-encoding of the sum is not fed back.
  * Bitwise identical on every member: each reduced block is computed by one member in a fixed
  * order and every member decodes the same bytes with kernels that agree bit for bit on every
  * CPU (reduce/codec.h).
@@ -130,16 +132,29 @@ static void sum_topk(chorus_zip_t* z) {
   chorus__sched_avg_finish(&z->s, out, z->s.count);
 }
 
+/* Encodes in[0..n) into dst; with error feedback, encodes in + residual and keeps in the
+ * residual what that encoding dropped (the sum is formed in the residual itself, so the input
+ * is left alone). */
+static void encode_input(const chorus_zip_t* z, void* dst, const float* in, float* residual, size_t n) {
+  if (!residual) {
+    chorus__codec_encode(&z->s.codec, dst, in, n, NULL);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) residual[i] += in[i];
+  chorus__codec_encode(&z->s.codec, dst, residual, n, residual);
+}
+
 /* Encodes this member's input once and starts the first exchange. */
 static chorus_status_t start_exchange(chorus_task_t* t, chorus_zip_t* z) {
+  const float* in = z->s.sendbuf;
+  float* residual = z->s.residual;
   if (z->s.codec.kind == CHORUS_CODEC_TOPK) {
-    chorus__codec_encode(&z->s.codec, z->mine, z->s.sendbuf, z->s.count, NULL);
+    encode_input(z, z->mine, in, residual, z->s.count);
     z->phase = ZIP_TOPK_WAIT;
     return exchange(t, z, XCH_TOPK);
   }
-  const float* in = z->s.sendbuf;
   for (int b = 0; b < z->n; b++)
-    chorus__codec_encode(&z->s.codec, z->mine + z->enc_at[b], in + z->first[b], z->len[b], NULL);
+    encode_input(z, z->mine + z->enc_at[b], in + z->first[b], residual ? residual + z->first[b] : NULL, z->len[b]);
   z->phase = ZIP_RS_WAIT;
   return exchange(t, z, XCH_RS);
 }
