@@ -7,6 +7,12 @@ training equal those of a single-process full-batch reference (allclose, 1e-5).
     build/chorus-run -n 4 /usr/bin/python3 examples/train_ddp.py
     torchrun --standalone --nproc_per_node 4 examples/train_ddp.py
     build/chorus-run -n 4 /usr/bin/python3 examples/train_ddp.py --backend gloo --comm-hook chorus
+    build/chorus-run -n 4 /usr/bin/python3 examples/train_ddp.py --compression int4
+
+--compression CODEC averages the buckets through chorus.torch.compress_hook (fp16, bf16, int8,
+int4, topk:FRACTION; error feedback per bucket for int4 and top-k unless --error-feedback off);
+the result is then lossy, so the reference comparison is skipped (ranks must still agree bit for
+bit).
 
 Each rank trains on its slice of every global batch (batch_per_rank x world_size samples).
 Communication time is measured by a comm hook that times each bucket allreduce from posting to
@@ -61,9 +67,20 @@ def parse_args():
                    help="extra no_sync() steps used to measure compute-only time (0: skip)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch intra-op threads per rank (0: cores / ranks on this host)")
+    p.add_argument("--compression", default=None,
+                   help="average buckets with chorus.torch.compress_hook(CODEC): fp16, bf16, int8, "
+                        "int4, topk:FRACTION (any backend; implies --no-check)")
+    p.add_argument("--compression-scope", default="all", choices=("inter", "all"),
+                   help="where the codec applies: all (default, so that one host shows it) or "
+                        "inter (only data crossing hosts)")
+    p.add_argument("--error-feedback", default="auto", choices=("auto", "on", "off"),
+                   help="residual per bucket: auto = on for int4 and top-k")
     p.add_argument("--no-check", action="store_true",
                    help="skip the comparison with the single-process reference")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.compression:
+        args.no_check = True  # compression is lossy: no single-process reference to match
+    return args
 
 
 def load_digits_tensors():
@@ -141,8 +158,25 @@ def timed_chorus_hook(state, bucket):
     return chorus_torch.allreduce_hook(chorus_state, bucket).then(finished)
 
 
+def timed_compress_hook(state, bucket):
+    chorus_state, timer, hook = state
+    started = time.perf_counter()
+
+    def finished(fut):
+        timer.record(started, time.perf_counter())
+        return fut.value()
+
+    return hook(chorus_state, bucket).then(finished)
+
+
 def setup_hook(ddp, args, timer, chorus_torch):
     """Registers the comm hook; returns an object to shut down at the end (or None)."""
+    if args.compression:
+        chorus_state = chorus_torch.ChorusHookState()
+        feedback = None if args.error_feedback == "auto" else args.error_feedback == "on"
+        hook = chorus_torch.compress_hook(args.compression, feedback, args.compression_scope)
+        ddp.register_comm_hook((chorus_state, timer, hook), timed_compress_hook)
+        return chorus_state
     if args.comm_hook == "timed":
         ddp.register_comm_hook((None, dist.get_world_size(), timer), timed_allreduce_hook)
     elif args.comm_hook == "chorus":
@@ -241,7 +275,7 @@ def main():
     args = parse_args()
     world_hint = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // max(1, world_hint)))
-    chorus_torch = import_chorus_torch() if (args.backend == "chorus" or
+    chorus_torch = import_chorus_torch() if (args.backend == "chorus" or args.compression or
                                              args.comm_hook == "chorus") else None
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=300))
     status = run(args, chorus_torch)
@@ -321,7 +355,8 @@ def report(args, model, batches, train_data, test_data, losses, fb_sec, step_sec
               f"exposed {exposed_ms:.2f} ms/step", flush=True)
         print(f"parameters: ranks bit-identical {'yes' if agree else 'NO'}; max |DDP - "
               f"single-process reference| {diff_text}", flush=True)
-        print(f"RESULT backend={args.backend} hook={args.comm_hook} ranks={world} "
+        print(f"RESULT backend={args.backend} hook={args.comm_hook} "
+              f"compression={args.compression or 'none'} ranks={world} "
               f"global_batch={global_batch} samples_per_sec={samples_per_sec:.1f} "
               f"step_ms={step_ms:.3f} comm_inflight_ms={comm_ms:.3f} "
               f"comm_exposed_ms={exposed_ms:.3f} final_loss={final_loss:.4f} test_acc={acc:.4f} "

@@ -18,7 +18,9 @@ from .comm import (
     Communicator,
     MessageInfo,
     Request,
+    Residual,
     UniqueId,
+    compression_opts,
     group,
     group_end,
     group_start,
@@ -50,6 +52,8 @@ TAG_MAX = _lib.TAG_MAX
 #: The element types and reduction ops the loaded library knows, by name.
 DTYPES = tuple(_lib.DTYPES)
 OPS = tuple(_lib.OPS)
+#: The compression codecs the loaded library knows (Communicator.set_compression).
+CODECS = tuple(_lib.CODECS)
 #: Path of the libchorus.so in use.
 library_path = _lib.library_path
 
@@ -60,10 +64,10 @@ def library_version():
 
 
 __all__ = [
-    "ANY_SOURCE", "ANY_TAG", "AVG", "ChorusError", "CommBrokenError", "Communicator", "DTYPES",
+    "ANY_SOURCE", "ANY_TAG", "AVG", "CODECS", "ChorusError", "CommBrokenError", "Communicator", "DTYPES",
     "FileStore", "InternalError", "InvalidArgumentError", "InvalidUsageError", "MAX", "MIN",
     "MessageInfo", "MismatchError", "NoMemoryError", "NotSupportedError", "OPS", "PROD",
-    "ProtocolError", "RemoteError", "Request", "SPLIT_NOCOLOR", "SUM", "SystemCallError",
-    "TAG_MAX", "TimeoutError", "TruncationError", "UniqueId", "group", "group_end",
+    "ProtocolError", "RemoteError", "Request", "Residual", "SPLIT_NOCOLOR", "SUM", "SystemCallError",
+    "TAG_MAX", "TimeoutError", "TruncationError", "UniqueId", "compression_opts", "group", "group_end",
     "group_start", "init", "library_path", "library_version",
 ]

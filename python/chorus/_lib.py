@@ -36,6 +36,16 @@ class ConfigStruct(ctypes.Structure):
     ]
 
 
+class CompressionOptsStruct(ctypes.Structure):
+    """chorus_compression_opts_t."""
+    _fields_ = [("codec", ctypes.c_int), ("topk_fraction", ctypes.c_double), ("scope", ctypes.c_int)]
+
+
+class AllreduceOptsStruct(ctypes.Structure):
+    """chorus_allreduce_opts_t: the call's own compression (or NULL) and its residual (or NULL)."""
+    _fields_ = [("compression", ctypes.POINTER(CompressionOptsStruct)), ("residual", ctypes.c_void_p)]
+
+
 class MsgInfoStruct(ctypes.Structure):
     """chorus_msg_info_t: what a completed receive got."""
     _fields_ = [("source", ctypes.c_int), ("tag", ctypes.c_int), ("count", ctypes.c_size_t)]
@@ -189,6 +199,18 @@ def _declare_prototypes(lib):
     _declare(lib, "chorus_irecv_tag", st, [vp, sz, i, i, i, comm, preq])
     _declare(lib, "chorus_req_info", st, [vp, pinfo])
 
+    # Gradient compression (declared when the library has it, so that an older one loads).
+    if hasattr(lib, "chorus_comm_set_compression"):
+        popts = ctypes.POINTER(CompressionOptsStruct)
+        _declare(lib, "chorus_compression_name", ctypes.c_char_p, [i])
+        _declare(lib, "chorus_comm_set_compression", st, [comm, popts])
+        _declare(lib, "chorus_comm_get_compression", st, [comm, popts])
+        _declare(lib, "chorus_residual_create", st, [comm, sz, ctypes.POINTER(ctypes.c_void_p)])
+        _declare(lib, "chorus_residual_destroy", st, [vp])
+        ar_ex = [cvp, vp, sz, i, i, ctypes.POINTER(AllreduceOptsStruct), comm]
+        _declare(lib, "chorus_allreduce_ex", st, ar_ex)
+        _declare(lib, "chorus_iallreduce_ex", st, ar_ex + [preq])
+
     _declare(lib, "chorus_group_start", st, [])
     _declare(lib, "chorus_group_end", st, [])
 
@@ -224,6 +246,10 @@ _declare_prototypes(lib)
 DTYPES = _read_enum_names(lib.chorus_dtype_name)  # {"float32": 8, ...}
 DTYPE_SIZES = {name: lib.chorus_dtype_size(value) for name, value in DTYPES.items()}
 OPS = _read_enum_names(lib.chorus_op_name)  # {"sum": 0, ...}
+# {"none": 0, "fp16": 1, ...}; empty for a library without compression.
+CODECS = (_read_enum_names(lib.chorus_compression_name)
+          if hasattr(lib, "chorus_compression_name") else {})
+COMPRESSION_SCOPES = {"inter": 0, "all": 1}  # chorus_compression_scope_t
 STATUS_NAMES = _read_status_names(lib)  # {-6: "CHORUS_ERR_TIMEOUT", ...}
 STATUS_OK = 0
 STATUS_INPROGRESS = 1

@@ -116,6 +116,62 @@ def _op_code(op):
     return _lib.OPS[name]
 
 
+def compression_opts(codec, scope="inter"):
+    """A chorus_compression_opts_t for codec "none", "fp16", "bf16", "int8", "int4" or
+    "topk:FRACTION" ("topk:0.01", "topk:1%") and scope "inter" (only data crossing hosts) or
+    "all" (every level)."""
+    name = str(codec).lower()
+    fraction = 0.0
+    if name.startswith("topk:"):
+        text = name[5:]
+        try:
+            fraction = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        except ValueError:
+            fraction = -1.0
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"compression {codec!r}: the top-k fraction must lie in (0, 1]")
+        name = "topk"
+    if name not in _lib.CODECS or name == "topk" and fraction == 0.0:
+        known = ", ".join(c for c in _lib.CODECS if c != "topk")
+        raise ValueError(f"unknown compression {codec!r}; known: {known}, topk:FRACTION")
+    if scope not in _lib.COMPRESSION_SCOPES:
+        raise ValueError(f"unknown compression scope {scope!r}; known: inter, all")
+    return _lib.CompressionOptsStruct(_lib.CODECS[name], fraction, _lib.COMPRESSION_SCOPES[scope])
+
+
+class Residual:
+    """Error-feedback state of one gradient buffer (chorus_residual_t): `count` float32 of what
+    compression dropped from this rank's contribution, added back at the next allreduce given
+    it. One per buffer (a DDP bucket), one call at a time; close() (or garbage collection)
+    frees it once its calls are done (the calls keep it alive while they run)."""
+
+    def __init__(self, comm, count):
+        handle = ctypes.c_void_p()
+        status = _lib_handle.chorus_residual_create(comm._live_handle(), int(count), ctypes.byref(handle))
+        if status < 0:
+            raise error_for_status(status, operation="residual", detail=comm.last_error)
+        self.comm = comm
+        self.count = int(count)
+        self._handle = handle.value
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError("chorus: this residual was closed")
+        return self._handle
+
+    def close(self):
+        if self._handle is not None:
+            _lib_handle.chorus_residual_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        return f"<chorus.Residual of {self.count} elements{' (closed)' if self._handle is None else ''}>"
+
+
 def _make_config(timeout_sec=0, connect_timeout_sec=0, nsocks_per_peer=0, name=None):
     """A chorus_config_t (CHORUS_CONFIG_INIT plus the given fields) and the bytes it points at."""
     name_bytes = name.encode() if name else None
@@ -396,12 +452,57 @@ class Communicator:
 
     # ---- collectives ----
 
-    def allreduce(self, buffer, op="sum", out=None, *, dtype=None, async_op=False):
-        """out[i] = op over ranks of buffer[i]. In place (into buffer) when out is None."""
+    def allreduce(self, buffer, op="sum", out=None, *, dtype=None, async_op=False, compression=None,
+                  residual=None):
+        """out[i] = op over ranks of buffer[i]. In place (into buffer) when out is None.
+        compression: this call's own codec (a compression_opts() argument: "int8", or a
+        (codec, scope) pair) instead of the communicator's; residual: a Residual of this
+        communicator and count for error feedback (chorus_allreduce_ex)."""
         send, recv = self._send_recv_pair(buffer, out, dtype, "allreduce")
         self._require_count(recv, send.count, "allreduce out")
         args = (send.address, recv.address, send.count, send.dtype_code, _op_code(op))
-        return self._run("allreduce", args, (send, recv), recv.obj, async_op)
+        if compression is None and residual is None:
+            return self._run("allreduce", args, (send, recv), recv.obj, async_op)
+        if isinstance(compression, tuple):
+            compression = compression_opts(*compression)
+        elif compression is not None:
+            compression = compression_opts(compression)
+        opts = _lib.AllreduceOptsStruct(ctypes.pointer(compression) if compression is not None else None,
+                                        residual.handle if residual is not None else None)
+        keep = (send, recv, compression, opts, residual)
+        return self._run("allreduce_ex", args + (ctypes.byref(opts),), keep, recv.obj, async_op,
+                         operation="allreduce")
+
+    # ---- gradient compression ----
+
+    @property
+    def compression(self):
+        """The compression in force: (codec, scope), codec as compression_opts() takes it
+        ("int8", "topk:0.01", "none"), scope "inter" or "all"."""
+        opts = _lib.CompressionOptsStruct()
+        with self._lock:
+            self._raise_for(_lib_handle.chorus_comm_get_compression(self._live_handle(), ctypes.byref(opts)),
+                            "compression")
+        names = {v: k for k, v in _lib.CODECS.items()}
+        codec = names.get(opts.codec, str(opts.codec))
+        if codec == "topk":
+            codec = f"topk:{opts.topk_fraction:g}"
+        scope = {v: k for k, v in _lib.COMPRESSION_SCOPES.items()}.get(opts.scope, str(opts.scope))
+        return codec, scope
+
+    def set_compression(self, codec=None, scope="inter"):
+        """Compresses the float32 sum/avg allreduces posted from now on (chorus_comm_set_compression):
+        codec as compression_opts() takes it; None goes back to CHORUS_COMPRESSION. Every rank
+        must make the same change before the same call."""
+        opts = compression_opts(codec, scope) if codec is not None else None
+        with self._lock:
+            status = _lib_handle.chorus_comm_set_compression(self._live_handle(),
+                                                             ctypes.byref(opts) if opts is not None else None)
+            self._raise_for(status, "set_compression")
+
+    def residual(self, count):
+        """A Residual (error-feedback state) for allreduces of `count` float32 elements."""
+        return Residual(self, count)
 
     def broadcast(self, buffer, root=0, out=None, *, dtype=None, async_op=False):
         """root's buffer lands in every rank's out (in place into buffer when out is None)."""

@@ -6,13 +6,13 @@
 
 bootstraps a Chorus communicator through the c10d store. It also provides allreduce_hook, a
 DDP communication hook that averages buckets through Chorus while another backend stays the
-default group. Needs torch >= 1.13 (Python ProcessGroup subclasses, _create_work_from_future).
+default group, and compress_hook(codec), the same with gradient compression. Needs torch >= 1.13 (Python ProcessGroup subclasses, _create_work_from_future).
 """
 
 import torch.distributed as dist
 
 from .completion import CompletionThread
-from .hooks import ChorusHookState, allreduce_hook
+from .hooks import ChorusHookState, allreduce_hook, compress_hook
 from .process_group import BACKEND_NAME, ProcessGroupChorus, create_process_group, reduce_op_name
 
 
@@ -26,5 +26,5 @@ _register_backend()
 
 __all__ = [
     "BACKEND_NAME", "ChorusHookState", "CompletionThread", "ProcessGroupChorus",
-    "allreduce_hook", "create_process_group", "reduce_op_name",
+    "allreduce_hook", "compress_hook", "create_process_group", "reduce_op_name",
 ]

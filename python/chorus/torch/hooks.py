@@ -7,14 +7,22 @@ keep another backend (e.g. gloo) as the default process group:
 The bucket's flat buffer is averaged in place with a non-blocking CHORUS_AVG allreduce; the
 returned future completes from the communicator's completion thread, so backward continues; a
 failed allreduce fails it, and DDP's backward raises the library's error.
+
+compress_hook(codec) makes the same hook with gradient compression (chorus_allreduce_ex):
+
+    ddp_model.register_comm_hook(state, chorus.torch.compress_hook("int8"))
+
+with an error-feedback residual per bucket, kept in the state (on by default for int4 and top-k,
+whose dropped parts must come back later for training to converge).
 """
 
+import ctypes
 import itertools
 
 import torch.distributed as dist
 
 from .. import _buffers, _lib
-from ..comm import Communicator
+from ..comm import Communicator, compression_opts
 from .completion import CompletionThread
 from .work import checked_future
 
@@ -31,9 +39,13 @@ class ChorusHookState:
             comm = _comm_over_group(process_group)
         self.comm = comm
         self.engine = CompletionThread(comm, name=f"chorus-hook-{comm.rank}")
+        self.residuals = {}  # compress_hook's error feedback: bucket index -> chorus.Residual
 
     def shutdown(self):
         self.engine.shutdown()
+        for residual in self.residuals.values():
+            residual.close()
+        self.residuals.clear()
         self.comm.destroy()
 
     def __repr__(self):
@@ -56,3 +68,39 @@ def allreduce_hook(state, bucket):
     future = state.engine.submit("allreduce", args, (buffer, buf), lambda: buffer,
                                  operation="ddp bucket allreduce")
     return checked_future(future)  # a failure must fail DDP's backward
+
+
+def _bucket_residual(state, bucket, count):
+    """The bucket's residual, made on first use; remade when DDP rebuilt its buckets (after the
+    first iteration) and this index now holds another number of elements."""
+    residual = state.residuals.get(bucket.index())
+    if residual is None or residual.count != count:
+        if residual is not None:
+            residual.close()
+        residual = state.residuals[bucket.index()] = state.comm.residual(count)
+    return residual
+
+
+def compress_hook(codec, error_feedback=None, scope="inter"):
+    """A DDP comm hook averaging buckets through Chorus with gradient compression: codec "fp16",
+    "bf16", "int8", "int4" or "topk:FRACTION"; scope "inter" (only what crosses hosts) or "all".
+    error_feedback: keep a residual per bucket (None: on for int4 and top-k). Register it with a
+    ChorusHookState: ddp.register_comm_hook(state, compress_hook("int8")). Buckets that are not
+    float32 go uncompressed."""
+    opts = compression_opts(codec, scope)
+    if error_feedback is None:
+        error_feedback = str(codec).lower().startswith(("int4", "topk"))
+
+    def hook(state, bucket):
+        buffer = bucket.buffer()
+        buf = _buffers.as_buffer(buffer, what="chorus compress_hook bucket")
+        residual = _bucket_residual(state, bucket, buf.count) \
+            if error_feedback and buf.dtype == "float32" else None
+        call_opts = _lib.AllreduceOptsStruct(ctypes.pointer(opts), residual.handle if residual else None)
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, _lib.OPS["avg"], ctypes.byref(call_opts))
+        future = state.engine.submit("allreduce_ex", args, (buffer, buf, opts, call_opts, residual),
+                                     lambda: buffer, operation=f"ddp bucket allreduce ({codec})")
+        return checked_future(future)
+
+    hook.__name__ = hook.__qualname__ = f"chorus_compress_hook_{str(codec).replace(':', '_')}"
+    return hook
