@@ -63,6 +63,8 @@ def parse_args():
     p.add_argument("--bucket-cap-mb", type=float, default=0.25)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="print the loss and the test accuracy every N steps (rank 0; 0: only at the end)")
     p.add_argument("--exposed-steps", type=int, default=10,
                    help="extra no_sync() steps used to measure compute-only time (0: skip)")
     p.add_argument("--threads", type=int, default=0,
@@ -186,7 +188,7 @@ def setup_hook(ddp, args, timer, chorus_torch):
     return None
 
 
-def train(ddp, batches, data, args, rank, world, timer):
+def train(ddp, batches, data, args, rank, world, timer, test_data=None):
     """Runs the DDP steps; returns per-step (forward+backward, total) seconds and losses."""
     x, y = data
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
@@ -204,9 +206,20 @@ def train(ddp, batches, data, args, rank, world, timer):
         fb_sec.append(backward_done - started)
         step_sec.append(finished - started)
         losses.append(loss.item())
-        if args.log_every and (step % args.log_every == 0 or step == len(batches) - 1):
+        last = step == len(batches) - 1
+        if args.log_every and (step % args.log_every == 0 or last):
             log_step(step, losses, step_sec, timer, rank, world)
+        if args.eval_every and test_data is not None and (step % args.eval_every == 0 or last):
+            log_eval(step, ddp.module, losses, test_data, rank, world)
     return fb_sec, step_sec, losses
+
+
+def log_eval(step, model, losses, test_data, rank, world):
+    """"eval step S loss L acc A": the global training loss of the step and the test accuracy."""
+    loss = torch.tensor([losses[-1]], dtype=torch.float64)
+    dist.all_reduce(loss)
+    if rank == 0:
+        print(f"eval step {step} loss {loss.item() / world:.6f} acc {accuracy(model, test_data):.6f}", flush=True)
 
 
 def log_step(step, losses, step_sec, timer, rank, world):
@@ -299,7 +312,7 @@ def run(args, chorus_torch):
               f"{nparams} parameters ({nparams * 4 / 1e6:.2f} MB of gradients), global batch "
               f"{global_batch}, {args.steps} steps", flush=True)
 
-    fb_sec, step_sec, losses = train(ddp, batches, train_data, args, rank, world, timer)
+    fb_sec, step_sec, losses = train(ddp, batches, train_data, args, rank, world, timer, test_data)
     compute_sec = compute_only_sec(ddp, batches, train_data, args, rank) \
         if args.exposed_steps else float("nan")
     status = report(args, model, batches, train_data, test_data, losses, fb_sec, step_sec,
