@@ -150,17 +150,7 @@ def timed_allreduce_hook(state, bucket):
 
 
 def timed_chorus_hook(state, bucket):
-    chorus_state, timer, chorus_torch = state
-    started = time.perf_counter()
-
-    def finished(fut):
-        timer.record(started, time.perf_counter())
-        return fut.value()
-
-    return chorus_torch.allreduce_hook(chorus_state, bucket).then(finished)
-
-
-def timed_compress_hook(state, bucket):
+    """A chorus.torch hook (allreduce_hook, or a compress_hook), timed."""
     chorus_state, timer, hook = state
     started = time.perf_counter()
 
@@ -177,13 +167,13 @@ def setup_hook(ddp, args, timer, chorus_torch):
         chorus_state = chorus_torch.ChorusHookState()
         feedback = None if args.error_feedback == "auto" else args.error_feedback == "on"
         hook = chorus_torch.compress_hook(args.compression, feedback, args.compression_scope)
-        ddp.register_comm_hook((chorus_state, timer, hook), timed_compress_hook)
+        ddp.register_comm_hook((chorus_state, timer, hook), timed_chorus_hook)
         return chorus_state
     if args.comm_hook == "timed":
         ddp.register_comm_hook((None, dist.get_world_size(), timer), timed_allreduce_hook)
     elif args.comm_hook == "chorus":
         chorus_state = chorus_torch.ChorusHookState()
-        ddp.register_comm_hook((chorus_state, timer, chorus_torch), timed_chorus_hook)
+        ddp.register_comm_hook((chorus_state, timer, chorus_torch.allreduce_hook), timed_chorus_hook)
         return chorus_state
     return None
 

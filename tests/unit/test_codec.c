@@ -17,127 +17,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bitcheck.h"
 #include "reduce/codec.h"
 #include "reduce/variants.h"
 
-enum { TEST_TIME_LIMIT_SEC = 300, MAX_FAILURE_LINES = 60 };
+enum { TEST_TIME_LIMIT_SEC = 300 };
 enum { C = CHORUS_CODEC_CHUNK };
 
-static int g_passed;
-static int g_failed;
-
-static void check(int ok, const char* fmt, ...) {
-  if (ok) {
-    g_passed++;
-    return;
-  }
-  g_failed++;
-  if (g_failed > MAX_FAILURE_LINES) return;
-  va_list ap;
-  va_start(ap, fmt);
-  printf("FAIL: ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Bits and a deterministic random generator                                                 */
-
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-static float f32_from(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-static uint64_t f64_bits(double d) {
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  return u;
-}
-static double f64_from(uint64_t u) {
-  double d;
-  memcpy(&d, &u, sizeof d);
-  return d;
-}
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd64(void) { /* xorshift64* */
-  g_rng ^= g_rng >> 12;
-  g_rng ^= g_rng << 25;
-  g_rng ^= g_rng >> 27;
-  return g_rng * 0x2545f4914f6cdd1dull;
-}
 /* Uniform in [-1, 1). */
 static float rnd_signed_unit(void) { return (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0); }
-
-/* ---------------------------------------------------------------------------------------- */
-/* Reference float16 / bfloat16 conversions, on values (as in test_reduce.c)                 */
-
-static double pow2(int k) { return f64_from((uint64_t)(k + 1023) << 52); }
-static int exponent_of(double a) { return (int)((f64_bits(a) >> 52) & 0x7ff) - 1023; }
-static double round_half_even(double a) { /* 0 <= a < 2^52 */
-  volatile double big = a + 0x1p52;
-  return big - 0x1p52;
-}
-
-static double half_value(uint16_t h) {
-  int e = (h >> 10) & 0x1f;
-  int m = h & 0x3ff;
-  double mag = e == 0 ? m * pow2(-24) : (1024 + m) * pow2(e - 25);
-  return (h & 0x8000) ? -mag : mag;
-}
-
-/* float16 -> float32 bits; NaN: quiet bit set, payload widened, sign kept (as F16C). */
-static uint32_t ref_h2f_bits(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  if ((h & 0x7c00) == 0x7c00) {
-    uint32_t m = h & 0x3ffu;
-    return m == 0 ? sign | 0x7f800000u : sign | 0x7fc00000u | (m << 13);
-  }
-  return f32_bits((float)half_value(h));
-}
-
-static double round_to_format(double a, int mant_bits, int emin) {
-  int e = exponent_of(a);
-  int quantum_exp = (e < emin ? emin : e) - mant_bits;
-  return round_half_even(a * pow2(-quantum_exp)) * pow2(quantum_exp);
-}
-
-/* float32 -> float16, nearest even, overflow to infinity; NaN: sign | 0x7e00 | top payload. */
-static uint16_t ref_f2h(float f) {
-  uint32_t fb = f32_bits(f);
-  uint16_t sign = (uint16_t)((fb >> 16) & 0x8000);
-  if (isnan(f)) return (uint16_t)(sign | 0x7e00 | ((fb >> 13) & 0x3ff));
-  double a = fabs((double)f);
-  if (a == 0) return sign;
-  if (a > 0x1p20) return (uint16_t)(sign | 0x7c00);
-  double v = round_to_format(a, 10, -14);
-  if (v >= 65536.0) return (uint16_t)(sign | 0x7c00);
-  if (v < 0x1p-14) return (uint16_t)(sign | (uint16_t)(v * 0x1p24));
-  int e = exponent_of(v);
-  return (uint16_t)(sign | ((e + 15) << 10) | (uint16_t)(v * pow2(10 - e) - 1024));
-}
-
-/* bfloat16 -> float32: the top half (a NaN pattern stays as it is). */
-static uint32_t ref_b2f_bits(uint16_t b) { return (uint32_t)b << 16; }
-
-/* float32 -> bfloat16, nearest even; NaN: top half with the quiet bit. */
-static uint16_t ref_f2b(float f) {
-  uint32_t fb = f32_bits(f);
-  uint16_t sign = (uint16_t)((fb >> 16) & 0x8000);
-  if (isnan(f)) return (uint16_t)((fb >> 16) | 0x40);
-  double a = fabs((double)f);
-  if (a == 0) return sign;
-  if (a > 0x1p200) return (uint16_t)(sign | 0x7f80);
-  double v = round_to_format(a, 7, -126);
-  if (v >= 0x1p128) return (uint16_t)(sign | 0x7f80);
-  return (uint16_t)(sign | (f32_bits((float)v) >> 16));
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* The reference codecs, from codec.h's text                                                 */
@@ -308,14 +196,14 @@ static void ref_encode(codec_case_t cc, uint8_t* wire, const float* x, size_t n,
   switch (cc.kind) {
     case CHORUS_CODEC_FP16:
       for (size_t i = 0; i < n; i++) {
-        uint16_t h = ref_f2h(x[i]);
+        uint16_t h = ref_f2h(f32_bits(x[i]));
         put_u16(wire, i, h);
         residual[i] = x[i] - f32_from(ref_h2f_bits(h));
       }
       break;
     case CHORUS_CODEC_BF16:
       for (size_t i = 0; i < n; i++) {
-        uint16_t b = ref_f2b(x[i]);
+        uint16_t b = ref_f2b(f32_bits(x[i]));
         put_u16(wire, i, b);
         residual[i] = x[i] - f32_from(ref_b2f_bits(b));
       }
@@ -386,7 +274,7 @@ static void test_reference_itself(void) {
   ref_quant_encode(7, wire, x4, 5, res);
   check(get_f32(wire, 0) == 1.0f && wire[4] == 0x07 && wire[5] == 0x22 && wire[6] == 0x0c,
         "reference int4 of {7, .5, 1.5, 2.5, -3.5}: bytes 07 22 0c (ties to even, odd tail)");
-  check(ref_f2h(65519.0f) == 0x7bff && ref_f2h(65520.0f) == 0x7c00 && ref_f2h(-1e10f) == 0xfc00,
+  check(ref_f2h(f32_bits(65519.0f)) == 0x7bff && ref_f2h(f32_bits(65520.0f)) == 0x7c00 && ref_f2h(f32_bits(-1e10f)) == 0xfc00,
         "reference fp16 overflow");
   float xt[5] = {1.0f, -3.0f, 2.0f, 3.0f, 0.5f};
   ref_topk_encode(0.4, wire, xt, 5, res);
