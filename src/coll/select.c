@@ -2,6 +2,9 @@
  * select.c - algorithm selection: CHORUS_ALGO forces a choice for the calls its items cover (an
  * error when that algorithm cannot serve the call, never a silent fallback); otherwise the
  * registry entry with the lowest predicted alpha-beta cost among those that support the call.
+ * A call with a codec (coll/compress.c) is offered only to the algorithms that compress; a
+ * forced algorithm that does not compress runs it as it is (its codec is dropped, on every rank
+ * alike, before the signature is taken).
  */
 #include <float.h>
 #include <stdio.h>
