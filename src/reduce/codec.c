@@ -144,6 +144,23 @@ typedef struct {
   size_t ties_taken;
 } topk_cut_t;
 
+/* The first pass counts every element: four histograms, one per lane of four elements, so that
+ * consecutive increments of one bin (gradients are smooth) do not wait for each other. */
+static void topk_count_all(const float* src, size_t n, uint32_t* histogram) {
+  uint32_t lane[3][TOPK_HISTOGRAM_BINS];
+  memset(lane, 0, sizeof lane);
+  unsigned shift = k_digit_shift[0];
+  size_t i = 0;
+  for (; n - i >= 4; i += 4) {
+    histogram[magnitude_key(src[i]) >> shift]++;
+    lane[0][magnitude_key(src[i + 1]) >> shift]++;
+    lane[1][magnitude_key(src[i + 2]) >> shift]++;
+    lane[2][magnitude_key(src[i + 3]) >> shift]++;
+  }
+  for (; i < n; i++) histogram[magnitude_key(src[i]) >> shift]++;
+  for (int b = 0; b < TOPK_HISTOGRAM_BINS; b++) histogram[b] += lane[0][b] + lane[1][b] + lane[2][b];
+}
+
 static topk_cut_t topk_find_cut(const float* src, size_t n, size_t k) {
   uint32_t histogram[TOPK_HISTOGRAM_BINS];
   uint32_t prefix = 0, prefix_mask = 0;
@@ -152,9 +169,13 @@ static topk_cut_t topk_find_cut(const float* src, size_t n, size_t k) {
     unsigned shift = k_digit_shift[pass];
     uint32_t digit_mask = (1u << k_digit_bits[pass]) - 1;
     memset(histogram, 0, sizeof histogram);
-    for (size_t i = 0; i < n; i++) {
-      uint32_t key = magnitude_key(src[i]);
-      if ((key & prefix_mask) == prefix) histogram[(key >> shift) & digit_mask]++;
+    if (pass == 0) {
+      topk_count_all(src, n, histogram);
+    } else {
+      for (size_t i = 0; i < n; i++) {
+        uint32_t key = magnitude_key(src[i]);
+        if ((key & prefix_mask) == prefix) histogram[(key >> shift) & digit_mask]++;
+      }
     }
     /* The digit, from the top, at which the count of larger-or-equal elements reaches k. */
     uint32_t digit = digit_mask;
