@@ -215,7 +215,8 @@ CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* pat
  * compresses every rank's data (the flat compressed allreduce). Scope ALL compresses at every
  * level, one host included. Other dtypes, other ops and the other collectives are sent
  * uncompressed, and so are calls whose algorithm CHORUS_ALGO forces to one that does not
- * compress (every algorithm but `hier` and `zip`). Every rank of a communicator must use the
+ * compress (every algorithm but `hier` and `zip`; a forced `zip` lets calls without a codec run
+ * as if not forced) and top-k calls of 2^32 elements or more (its indices are 32-bit). Every rank of a communicator must use the
  * same setting: the codec is part of each call's signature, so ranks that differ get
  * ERR_MISMATCH. Wire forms (src/reduce/codec.h): FP16 and BF16 round to nearest even; INT8
  * and INT4 keep one float32 scale per 2048 elements (a chunk holding an infinity or NaN
@@ -258,8 +259,10 @@ CHORUS_API const char* chorus_compression_name(chorus_compression_t codec);
  * for good, only late: int4 and top-k need it to converge. Across hosts with scope inter-host
  * the encoded data is the host's sum of a segment the rank carries over its rail, and the
  * residual keeps that segment's loss; the final re-encoding of each reduced block is not fed
- * back. One handle per buffer (a DDP bucket), used with one communicator and one count, by one
- * call at a time; calls that are not compressed leave it as it is. Destroy it after its last
+ * back, and what an overflow or a NaN left in it (x - inf) is dropped rather than fed back, so one
+ * overflowed step does not spoil the next. One handle per buffer (a DDP bucket), used with one
+ * communicator and one count, by one call at a time; calls that are not compressed leave it as
+ * it is. Destroy it after its last
  * call has completed (not collective). Returns OK, ERR_INVALID_ARG, ERR_NO_MEMORY. */
 typedef struct chorus_residual chorus_residual_t;
 CHORUS_API chorus_status_t chorus_residual_create(chorus_comm_t* comm, size_t count, chorus_residual_t** residual);

@@ -486,7 +486,7 @@ class Communicator:
         names = {v: k for k, v in _lib.CODECS.items()}
         codec = names.get(opts.codec, str(opts.codec))
         if codec == "topk":
-            codec = f"topk:{opts.topk_fraction:g}"
+            codec = f"topk:{opts.topk_fraction!r}"  # exact: set on another rank, the same k
         scope = {v: k for k, v in _lib.COMPRESSION_SCOPES.items()}.get(opts.scope, str(opts.scope))
         return codec, scope
 

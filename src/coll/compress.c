@@ -159,6 +159,8 @@ void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t) {
   if (o->codec == CHORUS_COMPRESSION_NONE || t->internal || a->coll != CH_COLL_ALLREDUCE) return;
   if (a->dtype != CHORUS_FLOAT32 || (a->op != CHORUS_SUM && a->op != CHORUS_AVG)) return;
   if (o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST && comm->topo.nhosts < 2) return;
+  /* Top-k's indices are 32-bit (reduce/codec.h): a larger call goes as it is, on every rank alike. */
+  if (o->codec == CHORUS_COMPRESSION_TOPK && a->count > UINT32_MAX) return;
   t->codec = (chorus_codec_t){(chorus_codec_kind_t)o->codec, o->topk_fraction};
   t->codec_scope_all = o->scope == CHORUS_COMPRESSION_SCOPE_ALL;
   t->residual = a->residual ? a->residual->values : NULL;

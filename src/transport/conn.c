@@ -320,9 +320,10 @@ int chorus__conn_read_signature(const chorus_shm_ctl_t* c, uint64_t out[CHORUS_S
 static void describe_signature(const uint64_t* sig, char* out, size_t len) {
   chorus_coll_t coll = (chorus_coll_t)(sig[1] & 0xff);
   const char* dt = chorus_dtype_name((chorus_dtype_t)((sig[1] >> 8) & 0xff));
-  const char* op = chorus_op_name((chorus_op_t)((sig[1] >> 16) & 0xff));
+  char op[24];
+  chorus__frame_op_desc((uint8_t)((sig[1] >> 16) & 0xff), op, sizeof(op));
   snprintf(out, len, "%s #%llu (count %llu, %s, %s, root %d)", chorus__coll_name(coll),
-           (unsigned long long)(sig[0] - 1), (unsigned long long)sig[2], dt ? dt : "?", op ? op : "?",
+           (unsigned long long)(sig[0] - 1), (unsigned long long)sig[2], dt ? dt : "?", op,
            (int)(uint32_t)(sig[1] >> 32));
 }
 

@@ -574,3 +574,54 @@ static int make_other_and_check(chorus_comm_t* comm, int rank, void* arg) {
 }
 
 TEST_EX(ef_errors, 120, "quick") { ASSERT_EQ(run_ranks(2, make_other_and_check, NULL), 0); }
+
+/* An overflow met once (an inf, or for fp16 a finite value past 65504) shows in that call's
+ * result but does not stay in the residual: the next calls are finite again. */
+typedef struct {
+  chorus_compression_t codec;
+  float poison;
+  atomic_int problems;
+} poison_t;
+
+static int poison_rank(chorus_comm_t* comm, int rank, void* arg) {
+  poison_t* p = arg;
+  enum { N = 4099 };
+  chorus_residual_t* residual = NULL;
+  ASSERT_COMM_OK(comm, chorus_residual_create(comm, N, &residual));
+  chorus_compression_opts_t o = {p->codec, 0.1, CHORUS_COMPRESSION_SCOPE_ALL};
+  chorus_allreduce_opts_t opts = {&o, residual};
+  static float buf[MAX_RANKS][N];
+  for (int k = 0; k < 3; k++) {
+    fill_input(buf[rank], N, DATA_RANDOM, 200 + k, rank);
+    if (k == 0 && rank == 0) buf[rank][5] = p->poison;
+    ASSERT_COMM_OK(comm, chorus_allreduce_ex(buf[rank], buf[rank], N, CHORUS_FLOAT32, CHORUS_SUM, &opts, comm));
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < N; i++) nonfinite += !isfinite(buf[rank][i]);
+    if ((k == 0) != (nonfinite > 0)) {
+      printf("WRONG rank %d, %s, call %d: %zu non-finite results (the overflow was in call 0 only)\n", rank,
+             chorus_compression_name(p->codec), k, nonfinite);
+      atomic_fetch_add(&p->problems, 1);
+    }
+  }
+  ASSERT_OK(chorus_residual_destroy(residual));
+  return 0;
+}
+
+TEST_EX(ef_overflow_does_not_stay, 120, "quick") {
+  poison_t cases[] = {{CHORUS_COMPRESSION_INT8, INFINITY, 0}, {CHORUS_COMPRESSION_INT4, NAN, 0},
+                      {CHORUS_COMPRESSION_FP16, 70000.0f, 0}, {CHORUS_COMPRESSION_BF16, INFINITY, 0},
+                      {CHORUS_COMPRESSION_TOPK, INFINITY, 0}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    ASSERT_EQ(run_ranks(3, poison_rank, &cases[i]), 0);
+    if (atomic_load(&cases[i].problems)) FAIL("%s: wrong results (lines above)", chorus_compression_name(cases[i].codec));
+  }
+}
+
+/* zip forced for every allreduce: the calls without a codec (here all of them: one host, scope
+ * inter) run as if CHORUS_ALGO did not name it, instead of failing. */
+TEST_EX(forced_zip_without_codec_runs_as_is, 120, "quick") {
+  setenv("CHORUS_ALGO", "allreduce:zip", 1);
+  untouched_t cases[] = {{CHORUS_FLOAT32, CHORUS_SUM}, {CHORUS_INT32, CHORUS_MAX}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) ASSERT_EQ(run_ranks(3, untouched_rank, &cases[i]), 0);
+  unsetenv("CHORUS_ALGO");
+}

@@ -39,7 +39,10 @@ class ChorusHookState:
             comm = _comm_over_group(process_group)
         self.comm = comm
         self.engine = CompletionThread(comm, name=f"chorus-hook-{comm.rank}")
-        self.residuals = {}  # compress_hook's error feedback: bucket index -> chorus.Residual
+        # compress_hook's error feedback: bucket index -> chorus.Residual, and the backward
+        # passes it has seen (the residuals start after the first: see _bucket_residual).
+        self.residuals = {}
+        self.iterations = 0
 
     def shutdown(self):
         self.engine.shutdown()
@@ -71,8 +74,13 @@ def allreduce_hook(state, bucket):
 
 
 def _bucket_residual(state, bucket, count):
-    """The bucket's residual, made on first use; remade when DDP rebuilt its buckets (after the
-    first iteration) and this index now holds another number of elements."""
+    """The bucket's residual, or None during the first backward pass: DDP rebuilds its buckets
+    after it, in the order gradients became ready, so an index may then hold other parameters
+    (with the same count, for a model in one bucket), and a residual kept from the first pass
+    would be added to the wrong ones (PyTorch's PowerSGD hook waits likewise). Remade when an
+    index later holds another number of elements."""
+    if state.iterations == 0:
+        return None
     residual = state.residuals.get(bucket.index())
     if residual is None or residual.count != count:
         if residual is not None:
@@ -84,9 +92,10 @@ def _bucket_residual(state, bucket, count):
 def compress_hook(codec, error_feedback=None, scope="inter"):
     """A DDP comm hook averaging buckets through Chorus with gradient compression: codec "fp16",
     "bf16", "int8", "int4" or "topk:FRACTION"; scope "inter" (only what crosses hosts) or "all".
-    error_feedback: keep a residual per bucket (None: on for int4 and top-k). Register it with a
-    ChorusHookState: ddp.register_comm_hook(state, compress_hook("int8")). Buckets that are not
-    float32 go uncompressed."""
+    error_feedback: keep a residual per bucket (None: on for int4 and top-k; from the second
+    backward pass on, once DDP's buckets are final). Register it with a ChorusHookState of its
+    own, one per DDP model: ddp.register_comm_hook(state, compress_hook("int8")). Buckets that
+    are not float32 go uncompressed."""
     opts = compression_opts(codec, scope)
     if error_feedback is None:
         error_feedback = str(codec).lower().startswith(("int4", "topk"))
@@ -100,6 +109,8 @@ def compress_hook(codec, error_feedback=None, scope="inter"):
         args = (buf.address, buf.address, buf.count, buf.dtype_code, _lib.OPS["avg"], ctypes.byref(call_opts))
         future = state.engine.submit("allreduce_ex", args, (buffer, buf, opts, call_opts, residual),
                                      lambda: buffer, operation=f"ddp bucket allreduce ({codec})")
+        if bucket.is_last():
+            state.iterations += 1
         return checked_future(future)
 
     hook.__name__ = hook.__qualname__ = f"chorus_compress_hook_{str(codec).replace(':', '_')}"

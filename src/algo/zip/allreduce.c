@@ -132,6 +132,17 @@ static void sum_topk(chorus_zip_t* z) {
   chorus__sched_avg_finish(&z->s, out, z->s.count);
 }
 
+/* What an overflow or a NaN left in a residual (x - inf, a NaN chunk) is dropped, not kept: fed
+ * back, it would make every later call's data there non-finite for good (an AMP loss scaler
+ * would then skip every step). The call that met it still shows the inf or NaN. */
+static void drop_nonfinite(float* residual, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits;
+    memcpy(&bits, &residual[i], sizeof bits);
+    if ((bits & 0x7f800000u) == 0x7f800000u) residual[i] = 0.0f;
+  }
+}
+
 /* Encodes in[0..n) into dst; with error feedback, encodes in + residual and keeps in the
  * residual what that encoding dropped (the sum is formed in the residual itself, so the input
  * is left alone). */
@@ -142,6 +153,7 @@ static void encode_input(const chorus_zip_t* z, void* dst, const float* in, floa
   }
   for (size_t i = 0; i < n; i++) residual[i] += in[i];
   chorus__codec_encode(&z->s.codec, dst, residual, n, residual);
+  drop_nonfinite(residual, n);
 }
 
 /* Encodes this member's input once and starts the first exchange. */
