@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "microbench.h"
 #include "reduce/codec.h"
 #include "reduce/variants.h"
 
@@ -25,27 +26,6 @@ static const size_t SAMPLE_TARGET_BYTES = (size_t)64 << 20;
 static const size_t k_sizes_bytes[] = {(size_t)256 << 10, (size_t)64 << 20};
 static const double TOPK_FRACTION = 0.01;
 
-/* Wall time by default; with -c the thread's CPU time (for a machine busy with other work). */
-static clockid_t g_clock = CLOCK_MONOTONIC;
-
-static double now_sec(void) {
-  struct timespec ts;
-  clock_gettime(g_clock, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int compare_doubles(const void* x, const void* y) {
-  double a = *(const double*)x, b = *(const double*)y;
-  return (a > b) - (a < b);
-}
-
-static double median(double* values, int n) {
-  qsort(values, (size_t)n, sizeof *values, compare_doubles);
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-/* Keeps the compiler from dropping copies whose result is never read. */
-static volatile uint8_t g_sink;
 
 typedef enum {
   MEASURE_MEMCPY,

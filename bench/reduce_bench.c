@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "microbench.h"
 #include "reduce/reduce.h"
 #include "reduce/variants.h"
 
@@ -34,28 +35,6 @@ static const bench_dtype_t k_dtypes[] = {
     {CHORUS_FLOAT16, "float16", 2},
 };
 
-/* Wall time by default; with -c the thread's CPU time, which leaves out the time other
- * processes held the core, for a machine that is busy with other work. */
-static clockid_t g_clock = CLOCK_MONOTONIC;
-
-static double now_sec(void) {
-  struct timespec ts;
-  clock_gettime(g_clock, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int compare_doubles(const void* x, const void* y) {
-  double a = *(const double*)x, b = *(const double*)y;
-  return (a > b) - (a < b);
-}
-
-static double median(double* values, int n) {
-  qsort(values, (size_t)n, sizeof *values, compare_doubles);
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-/* Keeps the compiler from dropping copies whose result is never read. */
-static volatile uint8_t g_sink;
 
 typedef enum {
   MEASURE_MEMCPY,
