@@ -45,4 +45,10 @@ chorus_group_t chorus__topo_ring(const chorus_topo_t* topo, int rank);
  * ranks, in host order, with `rank`'s index among them (-1 if not there). */
 chorus_group_t chorus__topo_rail(const chorus_topo_t* topo, int l, int rank);
 
+/* 1 when rails pair every rank: several hosts, several ranks on each, all equal (what the
+ * two-level algorithms need). */
+static inline int chorus__topo_has_rails(const chorus_topo_t* topo) {
+  return topo->nhosts > 1 && topo->max_local > 1 && topo->uniform;
+}
+
 #endif /* CHORUS_TOPO_H */

@@ -42,10 +42,7 @@ static inline chorus_hier_place_t chorus__hier_place(const chorus_task_t* t) {
 }
 
 /* 1 when the two-level schedule applies: several hosts, several ranks on each, all equal. */
-static inline int chorus__hier_shape_ok(const chorus_task_t* t) {
-  const chorus_topo_t* topo = t->topo;
-  return topo->nhosts > 1 && topo->max_local > 1 && topo->uniform;
-}
+static inline int chorus__hier_shape_ok(const chorus_task_t* t) { return chorus__topo_has_rails(t->topo); }
 
 
 /* ---- one engine run as a phase, whatever the engine (hier/pipe.c) ---- */

@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "algo/algos.h"
-#include "algo/hier/hier.h"
 #include "algo/ring/ring.h"
 #include "algo/zip/zip.h"
 
@@ -267,7 +266,7 @@ double chorus__zip_cost_us(const chorus_codec_t* codec, double bytes, int n, con
  * scope all, or hosts it cannot pair into rails. */
 static int zip_supported(const chorus_task_t* t) {
   if (t->codec.kind == CHORUS_CODEC_NONE || !chorus__algo_reduce_supported(t)) return 0;
-  return t->codec_scope_all || !chorus__hier_shape_ok(t);
+  return t->codec_scope_all || !chorus__topo_has_rails(t->topo);
 }
 
 static chorus_status_t zip_init(chorus_task_t* t) {
