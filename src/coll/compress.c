@@ -15,11 +15,8 @@
 #include "core/log.h"
 #include "core/param.h"
 
-static const char* const codec_names[] = {"none", "fp16", "bf16", "int8", "int4", "topk"};
-_Static_assert(sizeof(codec_names) / sizeof(codec_names[0]) == CHORUS_CODEC_COUNT, "one name per codec");
-
 const char* chorus_compression_name(chorus_compression_t codec) {
-  return (unsigned)codec < (unsigned)CHORUS_CODEC_COUNT ? codec_names[codec] : NULL;
+  return chorus__codec_name((chorus_codec_kind_t)codec);
 }
 
 static int opts_valid(const chorus_compression_opts_t* o) {
@@ -55,7 +52,7 @@ static chorus_status_t parse_codec(const char* spec, chorus_compression_opts_t* 
     return CHORUS_ERR_INVALID_ARG;
   }
   for (int c = 0; c < CHORUS_CODEC_COUNT; c++) {
-    if (c != CHORUS_COMPRESSION_TOPK && strcmp(spec, codec_names[c]) == 0) {
+    if (c != CHORUS_COMPRESSION_TOPK && strcmp(spec, chorus__codec_name((chorus_codec_kind_t)c)) == 0) {
       o->codec = (chorus_compression_t)c;
       return CHORUS_OK;
     }

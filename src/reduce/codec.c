@@ -99,7 +99,7 @@ const char* chorus__codec_name(chorus_codec_kind_t kind) {
   static const char* const names[CHORUS_CODEC_COUNT] = {
       [CHORUS_CODEC_NONE] = "none", [CHORUS_CODEC_FP16] = "fp16", [CHORUS_CODEC_BF16] = "bf16",
       [CHORUS_CODEC_INT8] = "int8", [CHORUS_CODEC_INT4] = "int4", [CHORUS_CODEC_TOPK] = "topk"};
-  return (unsigned)kind < (unsigned)CHORUS_CODEC_COUNT ? names[kind] : "unknown";
+  return (unsigned)kind < (unsigned)CHORUS_CODEC_COUNT ? names[kind] : NULL;
 }
 
 /* ---- NONE: the float32 themselves ---- */

@@ -73,7 +73,8 @@ void chorus__codec_decode(const chorus_codec_t* c, float* dst, const void* src, 
 /* acc[i] = acc[i] + decoded element i, for i < n. */
 void chorus__codec_decode_add(const chorus_codec_t* c, float* acc, const void* src, size_t n);
 
-/* "fp16", "bf16", "int8", "int4", "topk", "none". */
+/* "fp16", "bf16", "int8", "int4", "topk", "none"; NULL for a value that is not a codec (also
+ * chorus.h's chorus_compression_name). */
 const char* chorus__codec_name(chorus_codec_kind_t kind);
 
 /* ---- the per-instruction-set tables (tests and the micro-benchmark run every variant) ---- */
