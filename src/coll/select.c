@@ -25,12 +25,10 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
                              cname, comm->algo_spec, cname, rule->name);
       return CHORUS_ERR_NOT_SUPPORTED;
     }
-    /* An algorithm that serves only compressed calls (zip), forced for a call without a codec
-     * (another dtype or op, scope inter on one host): the call runs as if not covered. */
-    if (rule->algo->compresses && t->codec.kind == CHORUS_CODEC_NONE && rule->algo->supported &&
-        !rule->algo->supported(t))
-      continue;
     if (rule->algo->supported && !rule->algo->supported(t)) {
+      /* A compressing algorithm (zip serves only compressed calls) forced for a call without a
+       * codec (another dtype or op, scope inter on one host): the call runs as if not covered. */
+      if (rule->algo->compresses && t->codec.kind == CHORUS_CODEC_NONE) continue;
       chorus__comm_set_error(comm, "%s: CHORUS_ALGO=%s forces algorithm \"%s\", which cannot serve this call "
                              "(%zu elements on %d ranks)", cname, comm->algo_spec, rule->algo->name,
                              t->args.count, comm->nranks);
