@@ -160,14 +160,6 @@ static void usage(void) {
           MIN_REPS, DEFAULT_REPS);
 }
 
-static long parse_long(const char* s, long lo, long hi) {
-  char* end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) return -1;
-  return v;
-}
-
 typedef struct {
   int reps;
   const char* variant_name; /* NULL: all */

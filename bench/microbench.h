@@ -1,12 +1,13 @@
 /*
  * microbench.h - what the kernel micro-benchmarks (reduce_bench.c, codec_bench.c) share: the
  * clock (wall time, or with -c the thread's CPU time, which leaves out the time other processes
- * held the core on a machine busy with other work), the median of a run's samples, and a sink
- * that keeps the compiler from dropping work whose result is never read. Each includes it once.
+ * held the core on a machine busy with other work), the median of a run's samples, a sink that
+ * keeps the compiler from dropping work whose result is never read, and option parsing. Each includes it once.
  */
 #ifndef CHORUS_BENCH_MICROBENCH_H
 #define CHORUS_BENCH_MICROBENCH_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -31,5 +32,14 @@ static inline double median(double* values, int n) {
 }
 
 static volatile uint8_t g_sink;
+
+/* An option's integer value in [lo, hi], or -1 when it is not one. */
+static inline long parse_long(const char* s, long lo, long hi) {
+  char* end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < lo || v > hi) return -1;
+  return v;
+}
 
 #endif /* CHORUS_BENCH_MICROBENCH_H */

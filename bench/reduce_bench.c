@@ -161,14 +161,6 @@ static const chorus_reduce_variant_t* find_variant(const char* name) {
   return NULL;
 }
 
-static long parse_long(const char* s, long lo, long hi) {
-  char* end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) return -1;
-  return v;
-}
-
 typedef struct {
   int reps;
   size_t max_bytes;
