@@ -195,7 +195,7 @@ chorus_status_t chorus__frame_check(const chorus_frame_hdr_t* got, const chorus_
 
 void chorus__frame_op_desc(uint8_t op_byte, char* out, size_t outlen) {
   const char* op = chorus_op_name((chorus_op_t)(op_byte & 0x0f));
-  const char* codec = chorus_compression_name((chorus_compression_t)(op_byte >> 4));
+  const char* codec = chorus__codec_name((chorus_codec_kind_t)(op_byte >> 4));
   if (op_byte >> 4)
     snprintf(out, outlen, "%s+%s", op ? op : "?", codec ? codec : "?");
   else
