@@ -73,7 +73,10 @@ chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char*
     snprintf(err, errlen, "CHORUS_COMPRESSION_SCOPE=%s: expected inter or all", scope);
     return CHORUS_ERR_INVALID_ARG;
   }
-  return CHORUS_OK;
+  int64_t min_bytes = 0;
+  st = chorus__param_int(CHORUS_PARAM_COMPRESSION_MIN_BYTES, &min_bytes, err, errlen);
+  o->min_bytes = (size_t)min_bytes;
+  return st;
 }
 
 chorus_status_t chorus_comm_set_compression(chorus_comm_t* comm, const chorus_compression_opts_t* opts) {
@@ -155,6 +158,7 @@ void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t) {
   t->residual = NULL;
   if (o->codec == CHORUS_COMPRESSION_NONE || t->internal || a->coll != CH_COLL_ALLREDUCE) return;
   if (a->dtype != CHORUS_FLOAT32 || (a->op != CHORUS_SUM && a->op != CHORUS_AVG)) return;
+  if (a->count < o->min_bytes / sizeof(float) + (o->min_bytes % sizeof(float) != 0)) return; /* bytes < min */
   if (o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST && comm->topo.nhosts < 2) return;
   /* Top-k's indices are 32-bit (reduce/codec.h): a larger call goes as it is, on every rank alike. */
   if (o->codec == CHORUS_COMPRESSION_TOPK && a->count > UINT32_MAX) return;

@@ -72,13 +72,24 @@ typedef struct {
   chorus_req_t* members[];
 } fused_t;
 
-/* Which calls fuse with which: same kind and, for allreduce, same dtype and op; allgather,
- * same dtype. 0: not fused. */
-static uint64_t fuse_key(const chorus_task_t* t) {
+/* Whether the communicator compresses allreduces like this one but leaves this one exact for
+ * its size (min_bytes): such calls fuse only with each other, and their fused operation, larger
+ * than any of them, stays exact too (compress.c). Read under comm->mu. */
+static int exact_by_size(const chorus_comm_t* comm, const chorus_task_t* t) {
+  const chorus_compression_opts_t* o = &comm->compression;
+  const chorus_coll_args_t* a = &t->args;
+  return o->codec != CHORUS_COMPRESSION_NONE && a->dtype == CHORUS_FLOAT32 &&
+         (a->op == CHORUS_SUM || a->op == CHORUS_AVG) && a->count * t->dtype_size < o->min_bytes;
+}
+
+/* Which calls fuse with which: same kind and, for allreduce, same dtype, op and compression;
+ * allgather, same dtype. 0: not fused. */
+static uint64_t fuse_key(const chorus_comm_t* comm, const chorus_task_t* t) {
   const chorus_coll_args_t* a = &t->args;
   switch (a->coll) {
     case CH_COLL_ALLREDUCE: /* a call with its own compression or residual runs on its own */
-      return a->zip_given || a->residual ? 0 : 1 | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16;
+      if (a->zip_given || a->residual) return 0;
+      return 1 | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 | (uint64_t)exact_by_size(comm, t) << 24;
     case CH_COLL_ALLGATHER: return 2 | (uint64_t)a->dtype << 8;
     case CH_COLL_BARRIER: return 3;
     default: return 0;
@@ -199,6 +210,10 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   chorus_coll_args_t a = {.coll = t0->args.coll, .sendbuf = pack, .recvbuf = gather ? pack + total * es : pack,
                           .count = total, .dtype = t0->args.dtype, .op = t0->args.op, .shape = shape};
   if (a.coll == CH_COLL_BARRIER) a.dtype = CHORUS_UINT8;
+  if (a.coll == CH_COLL_ALLREDUCE && exact_by_size(comm, t0)) {
+    a.zip_given = 1; /* as its members would have gone: uncompressed */
+    a.zip = (chorus_compression_opts_t){.codec = CHORUS_COMPRESSION_NONE};
+  }
   chorus__coll_prepare(&fused->task, comm, &a);
   if (f->nsegs) {
     fused->task.segs = f->segs;
@@ -261,10 +276,10 @@ static int post_comm(chorus_comm_t* comm, member_t** calls, size_t n) {
   uint32_t shape = refused < 0 ? 0 : group_shape(calls, n);
   for (size_t i = 0; i < n && refused == CHORUS_OK; i++) {
     if (done[i]) continue;
-    uint64_t key = comm->group_fuse_bytes ? fuse_key(&calls[i]->req->task) : 0;
+    uint64_t key = comm->group_fuse_bytes ? fuse_key(comm, &calls[i]->req->task) : 0;
     size_t nb = 0;
     for (size_t j = i; j < n && key; j++)
-      if (!done[j] && fuse_key(&calls[j]->req->task) == key) {
+      if (!done[j] && fuse_key(comm, &calls[j]->req->task) == key) {
         bucket[nb++] = calls[j]->req;
         done[j] = 1;
       }

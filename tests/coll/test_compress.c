@@ -10,6 +10,8 @@
  *    keeping everything), int8/int4 within the quantisation bound of the exact sum;
  *  - one host with scope inter-host, other dtypes, other ops and a forced non-compressing
  *    algorithm: exactly the uncompressed result;
+ *  - calls under the setting's min_bytes, alone or fused in a group: exactly the uncompressed
+ *    result; a call of min_bytes: compressed;
  *  - ranks with different codecs: ERR_MISMATCH (across hosts ERR_MISMATCH or ERR_REMOTE);
  *  - the setter, the getter and CHORUS_COMPRESSION's parsing and their errors.
  */
@@ -351,6 +353,66 @@ TEST_EX(hosts_forced_ring_uncompressed, 120, "quick") {
   ranks_set_hosts(0, NULL);
 }
 
+/* ---- min_bytes: smaller calls stay exact, alone and grouped ---- */
+
+enum { MIN_BYTES = 4096, SMALL = MIN_BYTES / 4 - 1, GROUPED = 64 };
+
+/* The allreduce of `count` elements with and without the setting; returns whether they agree. */
+static int same_as_plain(chorus_comm_t* comm, int rank, size_t count, const chorus_compression_opts_t* o) {
+  float *in = malloc(count * sizeof(float)), *plain = malloc(count * sizeof(float)), *zipped = malloc(count * sizeof(float));
+  ASSERT_TRUE(in && plain && zipped);
+  fill_input(in, count, DATA_RANDOM, (int)count, rank);
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, NULL));
+  ASSERT_COMM_OK(comm, chorus_allreduce(in, plain, count, CHORUS_FLOAT32, CHORUS_SUM, comm));
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, o));
+  ASSERT_COMM_OK(comm, chorus_allreduce(in, zipped, count, CHORUS_FLOAT32, CHORUS_SUM, comm));
+  int same = memcmp(plain, zipped, count * sizeof(float)) == 0;
+  free(in);
+  free(plain);
+  free(zipped);
+  return same;
+}
+
+static int min_bytes_rank(chorus_comm_t* comm, int rank, void* arg) {
+  const chorus_compression_opts_t* o = arg;
+  int bad = 0;
+  if (!same_as_plain(comm, rank, SMALL, o)) bad += printf("WRONG rank %d: a call under min_bytes was compressed\n", rank);
+  if (same_as_plain(comm, rank, MIN_BYTES / 4, o)) bad += printf("WRONG rank %d: a call of min_bytes was not compressed\n", rank);
+  /* GROUPED small calls fuse into one operation of about GROUPED x min_bytes: it must stay exact. */
+  float* in = malloc(GROUPED * SMALL * sizeof(float));
+  float* plain = malloc(GROUPED * SMALL * sizeof(float));
+  float* grouped = malloc(GROUPED * SMALL * sizeof(float));
+  ASSERT_TRUE(in && plain && grouped);
+  fill_input(in, GROUPED * SMALL, DATA_RANDOM, 99, rank);
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, NULL));
+  for (int g = 0; g < 2; g++) {
+    float* out = g ? grouped : plain;
+    ASSERT_OK(chorus_group_start());
+    for (int c = 0; c < GROUPED; c++)
+      ASSERT_COMM_OK(comm, chorus_allreduce(in + c * SMALL, out + c * SMALL, SMALL, CHORUS_FLOAT32, CHORUS_SUM, comm));
+    ASSERT_OK(chorus_group_end());
+    ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, o));
+  }
+  if (memcmp(plain, grouped, GROUPED * SMALL * sizeof(float)) != 0)
+    bad += printf("WRONG rank %d: grouped calls under min_bytes were compressed\n", rank);
+  free(in);
+  free(plain);
+  free(grouped);
+  return bad != 0;
+}
+
+TEST_EX(min_bytes_one_host, 120, "quick") {
+  chorus_compression_opts_t o = {CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_ALL, MIN_BYTES};
+  ASSERT_EQ(run_ranks(3, min_bytes_rank, &o), 0);
+}
+
+TEST_EX(min_bytes_hosts, 120, "quick") {
+  chorus_compression_opts_t o = {CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST, MIN_BYTES};
+  ranks_set_hosts(4, k2x2_rr);
+  ASSERT_EQ(run_ranks(4, min_bytes_rank, &o), 0);
+  ranks_set_hosts(0, NULL);
+}
+
 /* ---- ranks that disagree on the codec ---- */
 
 static int mismatch_rank(chorus_comm_t* comm, int rank, void* arg) {
@@ -391,6 +453,7 @@ static int api_rank(chorus_comm_t* comm, int rank, void* arg) {
   ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_TOPK);
   ASSERT_TRUE(fabs(o.topk_fraction - 0.01) < 1e-12);
   ASSERT_EQ((int)o.scope, (int)CHORUS_COMPRESSION_SCOPE_ALL);
+  ASSERT_EQ(o.min_bytes, (size_t)100); /* CHORUS_COMPRESSION_MIN_BYTES=100 */
   chorus_compression_opts_t bad[] = {{(chorus_compression_t)6, 0, CHORUS_COMPRESSION_SCOPE_ALL},
                                      {(chorus_compression_t)-1, 0, CHORUS_COMPRESSION_SCOPE_ALL},
                                      {CHORUS_COMPRESSION_TOPK, 0.0, CHORUS_COMPRESSION_SCOPE_ALL},
@@ -406,6 +469,7 @@ static int api_rank(chorus_comm_t* comm, int rank, void* arg) {
   ASSERT_OK(chorus_comm_get_compression(comm, &o));
   ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_INT4);
   ASSERT_TRUE(o.topk_fraction == 0.0); /* only top-k keeps a fraction */
+  ASSERT_EQ(o.min_bytes, (size_t)0);    /* the setter's own */
   ASSERT_OK(chorus_comm_set_compression(comm, NULL));
   ASSERT_OK(chorus_comm_get_compression(comm, &o));
   ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_TOPK);
@@ -420,11 +484,13 @@ TEST_EX(api_and_env, 120, "quick") {
   ASSERT_STATUS(chorus_comm_get_compression(NULL, NULL), CHORUS_ERR_INVALID_ARG);
   setenv("CHORUS_COMPRESSION", "topk:1%", 1);
   setenv("CHORUS_COMPRESSION_SCOPE", "all", 1);
+  setenv("CHORUS_COMPRESSION_MIN_BYTES", "100", 1);
   ASSERT_EQ(run_ranks(2, api_rank, NULL), 0);
   /* Bad settings: the communicator is refused with a message naming the variable. */
   const char* bad_env[][2] = {{"CHORUS_COMPRESSION", "int3"},  {"CHORUS_COMPRESSION", "topk:0"},
                               {"CHORUS_COMPRESSION", "topk:x"}, {"CHORUS_COMPRESSION", "topk:150%"},
-                              {"CHORUS_COMPRESSION_SCOPE", "host"}};
+                              {"CHORUS_COMPRESSION_SCOPE", "host"}, {"CHORUS_COMPRESSION_MIN_BYTES", "-1"},
+                              {"CHORUS_COMPRESSION_MIN_BYTES", "64k"}};
   for (size_t i = 0; i < sizeof(bad_env) / sizeof(bad_env[0]); i++) {
     setenv("CHORUS_COMPRESSION", "int8", 1);
     setenv("CHORUS_COMPRESSION_SCOPE", "all", 1);
@@ -437,6 +503,7 @@ TEST_EX(api_and_env, 120, "quick") {
   }
   unsetenv("CHORUS_COMPRESSION");
   unsetenv("CHORUS_COMPRESSION_SCOPE");
+  unsetenv("CHORUS_COMPRESSION_MIN_BYTES");
 }
 
 /* ---- error feedback and per-call options (chorus_allreduce_ex) ---- */
