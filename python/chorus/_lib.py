@@ -38,7 +38,8 @@ class ConfigStruct(ctypes.Structure):
 
 class CompressionOptsStruct(ctypes.Structure):
     """chorus_compression_opts_t."""
-    _fields_ = [("codec", ctypes.c_int), ("topk_fraction", ctypes.c_double), ("scope", ctypes.c_int)]
+    _fields_ = [("codec", ctypes.c_int), ("topk_fraction", ctypes.c_double), ("scope", ctypes.c_int),
+                ("min_bytes", ctypes.c_size_t)]
 
 
 class AllreduceOptsStruct(ctypes.Structure):

@@ -116,10 +116,10 @@ def _op_code(op):
     return _lib.OPS[name]
 
 
-def compression_opts(codec, scope="inter"):
+def compression_opts(codec, scope="inter", min_bytes=0):
     """A chorus_compression_opts_t for codec "none", "fp16", "bf16", "int8", "int4" or
-    "topk:FRACTION" ("topk:0.01", "topk:1%") and scope "inter" (only data crossing hosts) or
-    "all" (every level)."""
+    "topk:FRACTION" ("topk:0.01", "topk:1%"), scope "inter" (only data crossing hosts) or
+    "all" (every level), and min_bytes: calls of fewer bytes go uncompressed (0: every size)."""
     name = str(codec).lower()
     fraction = 0.0
     if name.startswith("topk:"):
@@ -136,7 +136,9 @@ def compression_opts(codec, scope="inter"):
         raise ValueError(f"unknown compression {codec!r}; known: {known}, topk:FRACTION")
     if scope not in _lib.COMPRESSION_SCOPES:
         raise ValueError(f"unknown compression scope {scope!r}; known: inter, all")
-    return _lib.CompressionOptsStruct(_lib.CODECS[name], fraction, _lib.COMPRESSION_SCOPES[scope])
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 0:
+        raise ValueError(f"compression min_bytes {min_bytes!r}: expected an integer >= 0")
+    return _lib.CompressionOptsStruct(_lib.CODECS[name], fraction, _lib.COMPRESSION_SCOPES[scope], min_bytes)
 
 
 class Residual:
@@ -337,6 +339,7 @@ class Communicator:
         # _lock orders posting (and blocking calls) across threads; _books_lock guards the
         # record sets below for the short moments they change. Order: _lock, then _books_lock.
         self._lock = threading.RLock()
+        self._compression_version = 0
         self._books_lock = threading.Lock()
         self._inflight = set()  # _InFlight records whose handle is not yet freed
         self._orphans = set()  # records whose Request object was dropped
@@ -479,10 +482,27 @@ class Communicator:
     def compression(self):
         """The compression in force: (codec, scope), codec as compression_opts() takes it
         ("int8", "topk:0.01", "none"), scope "inter" or "all"."""
+        return self._compression_of(self._get_compression())
+
+    @property
+    def compression_min_bytes(self):
+        """The compression setting's min_bytes: allreduces of fewer bytes go uncompressed."""
+        return self._get_compression().min_bytes
+
+    @property
+    def compression_version(self):
+        """A number that changes whenever set_compression changes the setting (for caches)."""
+        return self._compression_version
+
+    def _get_compression(self):
         opts = _lib.CompressionOptsStruct()
         with self._lock:
             self._raise_for(_lib_handle.chorus_comm_get_compression(self._live_handle(), ctypes.byref(opts)),
                             "compression")
+        return opts
+
+    @staticmethod
+    def _compression_of(opts):
         names = {v: k for k, v in _lib.CODECS.items()}
         codec = names.get(opts.codec, str(opts.codec))
         if codec == "topk":
@@ -490,15 +510,17 @@ class Communicator:
         scope = {v: k for k, v in _lib.COMPRESSION_SCOPES.items()}.get(opts.scope, str(opts.scope))
         return codec, scope
 
-    def set_compression(self, codec=None, scope="inter"):
-        """Compresses the float32 sum/avg allreduces posted from now on (chorus_comm_set_compression):
-        codec as compression_opts() takes it; None goes back to CHORUS_COMPRESSION. Every rank
-        must make the same change before the same call."""
-        opts = compression_opts(codec, scope) if codec is not None else None
+    def set_compression(self, codec=None, scope="inter", min_bytes=0):
+        """Compresses the float32 sum/avg allreduces of at least min_bytes posted from now on
+        (chorus_comm_set_compression): codec, scope and min_bytes as compression_opts() takes
+        them; None goes back to CHORUS_COMPRESSION and its companions. Every rank must make the
+        same change before the same call."""
+        opts = compression_opts(codec, scope, min_bytes) if codec is not None else None
         with self._lock:
             status = _lib_handle.chorus_comm_set_compression(self._live_handle(),
                                                              ctypes.byref(opts) if opts is not None else None)
             self._raise_for(status, "set_compression")
+            self._compression_version += 1
 
     def residual(self, count):
         """A Residual (error-feedback state) for allreduces of `count` float32 elements."""

@@ -1,7 +1,7 @@
 """Gradient compression through the chorus Python package, run by every rank under the launcher:
     build/chorus-run -n 3 /usr/bin/python3 python/tests/test_compression.py
 One host, so the calls use scope "all" (scope "inter" leaves one host exact, also checked).
-Checks: the setting and its errors; every codec's result bitwise equal on every rank, exact
+Checks: the setting and its errors; min_bytes (smaller calls stay exact); every codec's result bitwise equal on every rank, exact
 where the codec is lossless for the data, within the quantisation bound otherwise; error
 feedback: with a residual the sum over many calls of top-k's results stays within a fixed
 distance of the exact sum, without one the gap grows with every call.
@@ -54,6 +54,28 @@ class CompressionTest(unittest.TestCase):
             self.comm.set_compression("int8", "host")
         self.comm.set_compression(None)
         self.assertEqual(self.comm.compression, ("none", "inter"))
+        self.assertEqual(self.comm.compression_min_bytes, 65536)  # CHORUS_COMPRESSION_MIN_BYTES
+        version = self.comm.compression_version
+        self.comm.set_compression("int8", "all", min_bytes=1000)
+        self.assertEqual(self.comm.compression_min_bytes, 1000)
+        self.assertNotEqual(self.comm.compression_version, version)
+        for bad in (-1, 1.5, "64k", True):
+            with self.assertRaises(ValueError):
+                self.comm.set_compression("int8", "all", min_bytes=bad)
+        self.comm.set_compression(None)
+        self.assertEqual(self.comm.compression_min_bytes, 65536)
+
+    def test_min_bytes(self):
+        """Calls of fewer bytes than min_bytes stay exact; a call of min_bytes is compressed."""
+        for count, compressed in ((999, False), (1000, True)):
+            x = self.rng.standard_normal(count).astype(np.float32)
+            plain = self.comm.allreduce(x.copy())
+            self.comm.set_compression("int8", "all", min_bytes=4000)
+            try:
+                out = self.comm.allreduce(x.copy())
+            finally:
+                self.comm.set_compression(None)
+            self.assertEqual(not np.array_equal(out, plain), compressed, count)
 
     def test_codecs(self):
         for codec in ("fp16", "bf16", "int8", "int4", "topk:0.1", "topk:1"):

@@ -11,6 +11,7 @@ reduce_scatter, gather, scatter, alltoall), and skipped when those tensors are a
 consecutive views of one buffer.
 """
 
+import ctypes
 import math
 import os
 import threading
@@ -24,6 +25,7 @@ from ..comm import group_end as chorus_group_end
 from ..comm import group_start as chorus_group_start
 from ..errors import python_side_error
 from .completion import COLLECTIVES, POINT_TO_POINT, CompletionThread
+from .feedback import TensorResiduals, codec_wants_feedback, feedback_mode
 from .sparse import sparse_allreduce
 from .work import ChorusWork, WorkKeeper
 
@@ -273,6 +275,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def __init__(self, store, rank, size, timeout=None, comm=None):
         super().__init__(rank, size)
+        feedback = feedback_mode()  # a bad CHORUS_COMPRESSION_FEEDBACK fails before any set-up
         if comm is None:
             comm = _comm_from_store(store, rank, size, timeout)
         if comm.rank != rank or comm.size != size:
@@ -283,6 +286,9 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._done_memo = None  # (tensor, Work) of the last one-rank call: see _done
         self._keeper = WorkKeeper()
         self._timeout_sec = _env_sec("CHORUS_TIMEOUT_SEC") or _whole_seconds(timeout)
+        self._feedback = feedback
+        self._feedback_plan = (None, False, 0)  # (compression_version, residuals on, min_bytes)
+        self._residuals = TensorResiduals(comm)
         self._engine = CompletionThread(comm, name=f"chorus-pg-{rank}",
                                         describe_failure=self._describe_failure)
 
@@ -304,6 +310,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._done_memo = None
         if engine is not None:
             engine.shutdown()
+            self._residuals.close()
             self._comm.destroy()
         self._keeper.clear()
 
@@ -378,9 +385,29 @@ class ProcessGroupChorus(dist.ProcessGroup):
         if tensors[0].layout == torch.sparse_coo:
             return sparse_allreduce(self, tensors[0], _reduce_op_of(opts))
         buf = self._buf(tensors[0], "allreduce")
-        op = self._comm_op(_reduce_op_of(opts))
-        args = (buf.address, buf.address, buf.count, buf.dtype_code, op)
+        op_name = _reduce_op_of(opts)
+        args = (buf.address, buf.address, buf.count, buf.dtype_code, self._comm_op(op_name))
+        residual = self._residual_for(tensors[0], buf, op_name)
+        if residual is not None:  # the communicator's compression, with this tensor's residual
+            call_opts = _lib.AllreduceOptsStruct(None, residual.handle)
+            return self._work("allreduce_ex", args + (ctypes.byref(call_opts),),
+                              (tensors, buf, call_opts, residual), lambda: tensors, "allreduce")
         return self._work("allreduce", args, (tensors, buf), lambda: tensors)
+
+    def _residual_for(self, tensor, buf, op_name):
+        """The error-feedback residual of an allreduce that the communicator's compression
+        (CHORUS_COMPRESSION) will compress, when CHORUS_COMPRESSION_FEEDBACK asks for one
+        (feedback.py); None otherwise."""
+        version = self._comm.compression_version
+        if self._feedback_plan[0] != version:
+            codec, scope = self._comm.compression
+            on = (codec != "none" and codec_wants_feedback(self._feedback, codec)
+                  and (scope == "all" or self._comm.host_count > 1))
+            self._feedback_plan = (version, on, self._comm.compression_min_bytes)
+        _, on, min_bytes = self._feedback_plan
+        if not on or buf.dtype != "float32" or op_name not in ("sum", "avg") or buf.count * 4 < min_bytes:
+            return None
+        return self._residuals.get(tensor, buf.count)
 
     def broadcast(self, tensors, opts=None):
         if self._alone and _root_of(opts) == 0:
