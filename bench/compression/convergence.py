@@ -32,8 +32,12 @@ CONFIGS = [
     ("topk1%+EF", "topk:0.01", "on", 1.0),
     ("int4", "int4", "off", None),
     ("topk1%", "topk:0.01", "off", None),
+    # No hook: CHORUS_COMPRESSION on the backend, with its residual per bucket (feedback.py).
+    ("int4+EF backend", "env:int4", "on", 1.0),
+    ("topk1%+EF backend", "env:topk:0.01", "on", 1.0),
 ]
-COLORS = ["#000000", "#1f77b4", "#17becf", "#2ca02c", "#ff7f0e", "#d62728", "#ffbb78", "#ff9896"]
+COLORS = ["#000000", "#1f77b4", "#17becf", "#2ca02c", "#ff7f0e", "#d62728", "#ffbb78", "#ff9896",
+          "#9467bd", "#8c564b"]
 EVAL_RE = re.compile(r"^eval step (\d+) loss ([0-9.eE+-]+) acc ([0-9.eE+-]+)")
 RESULT_RE = re.compile(r"^RESULT .* test_acc=([0-9.]+) status=(\w+)")
 
@@ -49,7 +53,13 @@ def parse_args():
     p.add_argument("--batch-per-rank", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--timeout-sec", type=int, default=600)
-    return p.parse_args()
+    p.add_argument("--configs", nargs="+", help="only these labels (\"none\" is always run: the baseline)")
+    args = p.parse_args()
+    known = [c[0] for c in CONFIGS]
+    unknown = [c for c in args.configs or [] if c not in known]
+    if unknown:
+        p.error(f"unknown --configs {unknown}; known: {known}")
+    return args
 
 
 def run_one(args, label, codec, feedback, seed):
@@ -57,10 +67,12 @@ def run_one(args, label, codec, feedback, seed):
            "/usr/bin/python3", os.path.join(REPO, "examples", "train_ddp.py"), "--steps", str(args.steps),
            "--eval-every", str(args.eval_every), "--log-every", "0", "--exposed-steps", "0", "--no-check",
            "--seed", str(seed), "--batch-per-rank", str(args.batch_per_rank), "--lr", str(args.lr)]
-    if codec:
-        cmd += ["--compression", codec, "--compression-scope", "all", "--error-feedback", feedback]
     env = dict(os.environ, CHORUS_LIBRARY=os.path.join(args.build, "libchorus.so"),
                PYTHONPATH=os.path.join(REPO, "python"), OMP_NUM_THREADS="1")
+    if codec and codec.startswith("env:"):
+        env.update(CHORUS_COMPRESSION=codec[4:], CHORUS_COMPRESSION_SCOPE="all", CHORUS_COMPRESSION_FEEDBACK=feedback)
+    elif codec:
+        cmd += ["--compression", codec, "--compression-scope", "all", "--error-feedback", feedback]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_sec + 30)
     with open(os.path.join(args.out, "raw", f"{label}.seed{seed}.log"), "w") as f:
         f.write(out.stdout + out.stderr)
@@ -114,7 +126,10 @@ def write_svg(path, mean_curves, steps, note):
 
 
 def main():
+    global CONFIGS
     args = parse_args()
+    if args.configs:
+        CONFIGS = [c for c in CONFIGS if c[0] == "none" or c[0] in args.configs]
     os.makedirs(os.path.join(args.out, "raw"), exist_ok=True)
     runs, curves = [], {}
     # Configurations alternate within each seed, so that machine load hits them alike.
