@@ -214,7 +214,7 @@ CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* pat
  * form; on one host nothing changes, and a communicator whose hosts hold unequal rank counts
  * compresses every rank's data (the flat compressed allreduce). Scope ALL compresses at every
  * level, one host included. Other dtypes, other ops and the other collectives are sent
- * uncompressed, and so are calls smaller than the setting's min_bytes, calls whose algorithm CHORUS_ALGO forces to one that does not
+ * uncompressed, and so are calls under the communicator's min_bytes (below), calls whose algorithm CHORUS_ALGO forces to one that does not
  * compress (every algorithm but `hier` and `zip`; a forced `zip` lets calls without a codec run
  * as if not forced) and top-k calls of 2^32 elements or more (its indices are 32-bit). Every rank of a communicator must use the
  * same setting: the codec is part of each call's signature, so ranks that differ get
@@ -241,20 +241,23 @@ typedef struct {
   chorus_compression_t codec;
   double topk_fraction; /* TOPK: the fraction of elements kept, in (0, 1] */
   chorus_compression_scope_t scope;
-  /* Calls of fewer bytes (count x 4) go uncompressed, so that a loss, a metric or a batch-norm
-   * statistic stays exact while gradients shrink; 0 compresses every size.
-   * CHORUS_COMPRESSION_MIN_BYTES gives the communicator's default setting this field. */
-  size_t min_bytes;
 } chorus_compression_opts_t;
 
 /* Sets the compression of the allreduces posted on comm from now on (opts NULL: back to
- * CHORUS_COMPRESSION, CHORUS_COMPRESSION_SCOPE and CHORUS_COMPRESSION_MIN_BYTES, read when the
- * communicator was created). Not
+ * CHORUS_COMPRESSION and CHORUS_COMPRESSION_SCOPE, read when the communicator was created). Not
  * collective, but every rank must make the same change before the same call. Returns OK or
  * ERR_INVALID_ARG (unknown codec or scope, a TOPK fraction outside (0, 1]). */
 CHORUS_API chorus_status_t chorus_comm_set_compression(chorus_comm_t* comm, const chorus_compression_opts_t* opts);
 /* The communicator's current setting. Returns OK or ERR_INVALID_ARG. */
 CHORUS_API chorus_status_t chorus_comm_get_compression(const chorus_comm_t* comm, chorus_compression_opts_t* opts);
+/* The communicator's setting leaves allreduces of fewer bytes than min_bytes (count x 4)
+ * uncompressed, so that a loss, a metric or a batch-norm statistic stays exact while gradients
+ * shrink; 0 compresses every size. CHORUS_COMPRESSION_MIN_BYTES gives the first value (65536).
+ * Grouped calls under it stay exact even when the group fuses them into a larger operation. A
+ * call's own compression (chorus_allreduce_ex) applies at any size. Not collective, but every
+ * rank must make the same change before the same call. Returns OK or ERR_INVALID_ARG. */
+CHORUS_API chorus_status_t chorus_comm_set_compression_min_bytes(chorus_comm_t* comm, size_t min_bytes);
+CHORUS_API chorus_status_t chorus_comm_get_compression_min_bytes(const chorus_comm_t* comm, size_t* min_bytes);
 /* "int8"; NULL for a value that is not a chorus_compression_t. */
 CHORUS_API const char* chorus_compression_name(chorus_compression_t codec);
 

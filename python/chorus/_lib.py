@@ -38,8 +38,7 @@ class ConfigStruct(ctypes.Structure):
 
 class CompressionOptsStruct(ctypes.Structure):
     """chorus_compression_opts_t."""
-    _fields_ = [("codec", ctypes.c_int), ("topk_fraction", ctypes.c_double), ("scope", ctypes.c_int),
-                ("min_bytes", ctypes.c_size_t)]
+    _fields_ = [("codec", ctypes.c_int), ("topk_fraction", ctypes.c_double), ("scope", ctypes.c_int)]
 
 
 class AllreduceOptsStruct(ctypes.Structure):
@@ -206,6 +205,10 @@ def _declare_prototypes(lib):
         _declare(lib, "chorus_compression_name", ctypes.c_char_p, [i])
         _declare(lib, "chorus_comm_set_compression", st, [comm, popts])
         _declare(lib, "chorus_comm_get_compression", st, [comm, popts])
+    if hasattr(lib, "chorus_comm_set_compression_min_bytes"):
+        _declare(lib, "chorus_comm_set_compression_min_bytes", st, [comm, sz])
+        _declare(lib, "chorus_comm_get_compression_min_bytes", st, [comm, ctypes.POINTER(sz)])
+    if hasattr(lib, "chorus_comm_set_compression"):
         _declare(lib, "chorus_residual_create", st, [comm, sz, ctypes.POINTER(ctypes.c_void_p)])
         _declare(lib, "chorus_residual_destroy", st, [vp])
         ar_ex = [cvp, vp, sz, i, i, ctypes.POINTER(AllreduceOptsStruct), comm]

@@ -10,6 +10,7 @@ object is dropped, so a forgotten request can never write into freed memory.
 import collections
 import ctypes
 import functools
+import numbers
 import threading
 import weakref
 
@@ -116,10 +117,10 @@ def _op_code(op):
     return _lib.OPS[name]
 
 
-def compression_opts(codec, scope="inter", min_bytes=0):
+def compression_opts(codec, scope="inter"):
     """A chorus_compression_opts_t for codec "none", "fp16", "bf16", "int8", "int4" or
-    "topk:FRACTION" ("topk:0.01", "topk:1%"), scope "inter" (only data crossing hosts) or
-    "all" (every level), and min_bytes: calls of fewer bytes go uncompressed (0: every size)."""
+    "topk:FRACTION" ("topk:0.01", "topk:1%") and scope "inter" (only data crossing hosts) or
+    "all" (every level)."""
     name = str(codec).lower()
     fraction = 0.0
     if name.startswith("topk:"):
@@ -136,9 +137,7 @@ def compression_opts(codec, scope="inter", min_bytes=0):
         raise ValueError(f"unknown compression {codec!r}; known: {known}, topk:FRACTION")
     if scope not in _lib.COMPRESSION_SCOPES:
         raise ValueError(f"unknown compression scope {scope!r}; known: inter, all")
-    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 0:
-        raise ValueError(f"compression min_bytes {min_bytes!r}: expected an integer >= 0")
-    return _lib.CompressionOptsStruct(_lib.CODECS[name], fraction, _lib.COMPRESSION_SCOPES[scope], min_bytes)
+    return _lib.CompressionOptsStruct(_lib.CODECS[name], fraction, _lib.COMPRESSION_SCOPES[scope])
 
 
 class Residual:
@@ -486,12 +485,27 @@ class Communicator:
 
     @property
     def compression_min_bytes(self):
-        """The compression setting's min_bytes: allreduces of fewer bytes go uncompressed."""
-        return self._get_compression().min_bytes
+        """The setting leaves allreduces of fewer bytes uncompressed (chorus_comm_get_compression_min_bytes;
+        CHORUS_COMPRESSION_MIN_BYTES, 65536 by default; a call's own compression applies at any size)."""
+        value = ctypes.c_size_t()
+        with self._lock:
+            self._raise_for(_lib_handle.chorus_comm_get_compression_min_bytes(self._live_handle(), ctypes.byref(value)),
+                            "compression_min_bytes")
+        return value.value
+
+    @compression_min_bytes.setter
+    def compression_min_bytes(self, min_bytes):
+        if isinstance(min_bytes, bool) or not isinstance(min_bytes, numbers.Integral) or not 0 <= min_bytes < 2**64:
+            raise ValueError(f"compression_min_bytes {min_bytes!r}: expected an integer in [0, 2^64)")
+        with self._lock:
+            self._raise_for(_lib_handle.chorus_comm_set_compression_min_bytes(self._live_handle(), int(min_bytes)),
+                            "compression_min_bytes")
+            self._compression_version += 1
 
     @property
     def compression_version(self):
-        """A number that changes whenever set_compression changes the setting (for caches)."""
+        """A number that changes whenever this object changes the setting (set_compression,
+        compression_min_bytes), for caches of it."""
         return self._compression_version
 
     def _get_compression(self):
@@ -510,12 +524,12 @@ class Communicator:
         scope = {v: k for k, v in _lib.COMPRESSION_SCOPES.items()}.get(opts.scope, str(opts.scope))
         return codec, scope
 
-    def set_compression(self, codec=None, scope="inter", min_bytes=0):
-        """Compresses the float32 sum/avg allreduces of at least min_bytes posted from now on
-        (chorus_comm_set_compression): codec, scope and min_bytes as compression_opts() takes
-        them; None goes back to CHORUS_COMPRESSION and its companions. Every rank must make the
-        same change before the same call."""
-        opts = compression_opts(codec, scope, min_bytes) if codec is not None else None
+    def set_compression(self, codec=None, scope="inter"):
+        """Compresses the float32 sum/avg allreduces posted from now on, from
+        compression_min_bytes on (chorus_comm_set_compression): codec as compression_opts()
+        takes it; None goes back to CHORUS_COMPRESSION. Every rank must make the same change
+        before the same call."""
+        opts = compression_opts(codec, scope) if codec is not None else None
         with self._lock:
             status = _lib_handle.chorus_comm_set_compression(self._live_handle(),
                                                              ctypes.byref(opts) if opts is not None else None)

@@ -56,26 +56,30 @@ class CompressionTest(unittest.TestCase):
         self.assertEqual(self.comm.compression, ("none", "inter"))
         self.assertEqual(self.comm.compression_min_bytes, 65536)  # CHORUS_COMPRESSION_MIN_BYTES
         version = self.comm.compression_version
-        self.comm.set_compression("int8", "all", min_bytes=1000)
+        self.comm.compression_min_bytes = np.int64(1000)
         self.assertEqual(self.comm.compression_min_bytes, 1000)
         self.assertNotEqual(self.comm.compression_version, version)
-        for bad in (-1, 1.5, "64k", True):
+        for bad in (-1, 1.5, "64k", True, 2**64):
             with self.assertRaises(ValueError):
-                self.comm.set_compression("int8", "all", min_bytes=bad)
-        self.comm.set_compression(None)
-        self.assertEqual(self.comm.compression_min_bytes, 65536)
+                self.comm.compression_min_bytes = bad
+        self.assertEqual(self.comm.compression_min_bytes, 1000)
+        self.comm.compression_min_bytes = 65536
 
     def test_min_bytes(self):
         """Calls of fewer bytes than min_bytes stay exact; a call of min_bytes is compressed."""
         for count, compressed in ((999, False), (1000, True)):
             x = self.rng.standard_normal(count).astype(np.float32)
             plain = self.comm.allreduce(x.copy())
-            self.comm.set_compression("int8", "all", min_bytes=4000)
+            self.comm.set_compression("int8", "all")
+            self.comm.compression_min_bytes = 4000
             try:
                 out = self.comm.allreduce(x.copy())
+                own = self.comm.allreduce(x.copy(), compression=("int8", "all"))  # any size
             finally:
                 self.comm.set_compression(None)
+                self.comm.compression_min_bytes = 65536
             self.assertEqual(not np.array_equal(out, plain), compressed, count)
+            self.assertFalse(np.array_equal(own, plain), count)
 
     def test_codecs(self):
         for codec in ("fp16", "bf16", "int8", "int4", "topk:0.1", "topk:1"):

@@ -6,13 +6,15 @@ DDP's buckets, and frees it with the tensor. Run by every rank under the launche
 Checks, bitwise on every rank: successive allreduces of one tensor equal the library's own
 allreduces with one chorus.Residual carried along (the backend passes it, keyed right); another
 tensor starts from a zero residual; a tensor under min_bytes is exact; a dead tensor's residual
-is freed; CHORUS_COMPRESSION_FEEDBACK=off keeps none, and a bad value is refused.
+is freed; DDP's bucket keeps one residual from its second step on; CHORUS_COMPRESSION_FEEDBACK=off
+keeps none, and a bad value is refused.
 """
 
 import gc
 import os
 import sys
 import unittest
+import weakref
 
 import numpy as np
 
@@ -87,17 +89,52 @@ class FeedbackTests(unittest.TestCase):
         self.assertEqual(len(self.pg._residuals), before, "a residual for a call left exact")
 
     def test_residual_freed_with_tensor(self):
-        before = len(self.pg._residuals)
         tensor = torch.ones(COUNT)
+        key = id(tensor)
         dist.all_reduce(tensor)
-        self.assertEqual(len(self.pg._residuals), before + 1)
+        self.assertIn(key, self.pg._residuals._by_id)
+        residual = weakref.ref(self.pg._residuals.get(tensor, COUNT))
         del tensor
         # The backend keeps its newest works (and so their tensors) for c10d: push it out.
         small = torch.zeros(4)
         for _ in range(chorus.torch.work.WorkKeeper.RECENT + 1):
             dist.all_reduce(small)
         gc.collect()
-        self.assertEqual(len(self.pg._residuals), before)
+        len(self.pg._residuals)  # forgets the dead
+        self.assertNotIn(key, self.pg._residuals._by_id)
+        self.assertIsNone(residual(), "the residual outlived its tensor")
+
+    def test_ddp_bucket_keeps_its_residual(self):
+        """DDP's default path: every step's bucket allreduce after the first (DDP rebuilds its
+        buckets then) gets the same residual, and training keeps the ranks' parameters equal."""
+        used = []
+        get = self.pg._residuals.get
+
+        def recording_get(tensor, count):
+            residual = get(tensor, count)
+            used.append(residual)
+            return residual
+
+        self.pg._residuals.get = recording_get
+        try:
+            torch.manual_seed(0)
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))  # 16.6 KB
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            rng = torch.Generator().manual_seed(dist.get_rank())
+            steps = 5
+            for _ in range(steps):
+                model(torch.randn(8, 64, generator=rng)).square().sum().backward()
+                opt.step()
+                opt.zero_grad()
+        finally:
+            del self.pg._residuals.get
+        self.assertEqual(len(used), steps, "one compressed bucket allreduce per step")
+        self.assertEqual(len({id(r) for r in used[1:]}), 1, "the bucket changed residuals after the first step")
+        self.assertIsNot(used[0], used[1])  # the first step's bucket is rebuilt, with a new residual
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        everyone = self.pg.comm.allgather(flat)
+        for r in range(dist.get_world_size()):
+            self.assertTrue(np.array_equal(everyone[r], flat), f"rank {r}'s parameters differ")
 
     def test_feedback_off(self):
         xs = self.inputs(2)

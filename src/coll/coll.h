@@ -20,6 +20,9 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
  * setting does not cover). comm->mu held. */
 chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char* err, size_t errlen);
 void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t);
+/* 1 when the communicator's setting (under comm->mu) would compress this call but for its size
+ * (min_bytes): coll/group.c keeps such calls exact when it fuses them. */
+int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_coll_args_t* a);
 /* chorus_allreduce_ex's options: a valid compression, a residual of this communicator and count
  * (on error writes comm->last_error). comm->mu held. */
 chorus_status_t chorus__compression_check_opts(chorus_comm_t* comm, const chorus_coll_args_t* a);

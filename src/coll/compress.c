@@ -73,10 +73,7 @@ chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char*
     snprintf(err, errlen, "CHORUS_COMPRESSION_SCOPE=%s: expected inter or all", scope);
     return CHORUS_ERR_INVALID_ARG;
   }
-  int64_t min_bytes = 0;
-  st = chorus__param_int(CHORUS_PARAM_COMPRESSION_MIN_BYTES, &min_bytes, err, errlen);
-  o->min_bytes = (size_t)min_bytes;
-  return st;
+  return CHORUS_OK;
 }
 
 chorus_status_t chorus_comm_set_compression(chorus_comm_t* comm, const chorus_compression_opts_t* opts) {
@@ -96,6 +93,22 @@ chorus_status_t chorus_comm_set_compression(chorus_comm_t* comm, const chorus_co
   }
   pthread_mutex_unlock(&comm->mu);
   return st;
+}
+
+chorus_status_t chorus_comm_set_compression_min_bytes(chorus_comm_t* comm, size_t min_bytes) {
+  if (!chorus__live_check(comm, "chorus_comm_set_compression_min_bytes")) return CHORUS_ERR_INVALID_ARG;
+  pthread_mutex_lock(&comm->mu);
+  comm->compression_min_bytes = min_bytes;
+  pthread_mutex_unlock(&comm->mu);
+  return CHORUS_OK;
+}
+
+chorus_status_t chorus_comm_get_compression_min_bytes(const chorus_comm_t* comm, size_t* min_bytes) {
+  if (!chorus__live_check(comm, "chorus_comm_get_compression_min_bytes") || !min_bytes) return CHORUS_ERR_INVALID_ARG;
+  pthread_mutex_lock((pthread_mutex_t*)&comm->mu);
+  *min_bytes = comm->compression_min_bytes;
+  pthread_mutex_unlock((pthread_mutex_t*)&comm->mu);
+  return CHORUS_OK;
 }
 
 chorus_status_t chorus_comm_get_compression(const chorus_comm_t* comm, chorus_compression_opts_t* opts) {
@@ -151,17 +164,32 @@ chorus_status_t chorus__compression_check_opts(chorus_comm_t* comm, const chorus
   return CHORUS_OK;
 }
 
+/* Whether setting o compresses a call like a, whatever its size. */
+static int setting_covers(const chorus_comm_t* comm, const chorus_compression_opts_t* o, const chorus_coll_args_t* a) {
+  if (o->codec == CHORUS_COMPRESSION_NONE || a->coll != CH_COLL_ALLREDUCE) return 0;
+  if (a->dtype != CHORUS_FLOAT32 || (a->op != CHORUS_SUM && a->op != CHORUS_AVG)) return 0;
+  if (o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST && comm->topo.nhosts < 2) return 0;
+  /* Top-k's indices are 32-bit (reduce/codec.h): a larger call goes as it is, on every rank alike. */
+  return o->codec != CHORUS_COMPRESSION_TOPK || a->count <= UINT32_MAX;
+}
+
+/* Fewer bytes than the communicator's min_bytes (count x 4 < min_bytes, without overflow). */
+static int under_min_bytes(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
+  size_t min = comm->compression_min_bytes;
+  return a->count < min / sizeof(float) + (min % sizeof(float) != 0);
+}
+
+int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
+  return !a->zip_given && setting_covers(comm, &comm->compression, a) && under_min_bytes(comm, a);
+}
+
 void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t) {
   const chorus_coll_args_t* a = &t->args;
   const chorus_compression_opts_t* o = a->zip_given ? &a->zip : &comm->compression;
   t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0};
   t->residual = NULL;
-  if (o->codec == CHORUS_COMPRESSION_NONE || t->internal || a->coll != CH_COLL_ALLREDUCE) return;
-  if (a->dtype != CHORUS_FLOAT32 || (a->op != CHORUS_SUM && a->op != CHORUS_AVG)) return;
-  if (a->count < o->min_bytes / sizeof(float) + (o->min_bytes % sizeof(float) != 0)) return; /* bytes < min */
-  if (o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST && comm->topo.nhosts < 2) return;
-  /* Top-k's indices are 32-bit (reduce/codec.h): a larger call goes as it is, on every rank alike. */
-  if (o->codec == CHORUS_COMPRESSION_TOPK && a->count > UINT32_MAX) return;
+  if (t->internal || !setting_covers(comm, o, a)) return;
+  if (!a->zip_given && under_min_bytes(comm, a)) return; /* a call's own compression: any size */
   t->codec = (chorus_codec_t){(chorus_codec_kind_t)o->codec, o->topk_fraction};
   t->codec_scope_all = o->scope == CHORUS_COMPRESSION_SCOPE_ALL;
   t->residual = a->residual ? a->residual->values : NULL;

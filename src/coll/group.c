@@ -72,24 +72,16 @@ typedef struct {
   chorus_req_t* members[];
 } fused_t;
 
-/* Whether the communicator compresses allreduces like this one but leaves this one exact for
- * its size (min_bytes): such calls fuse only with each other, and their fused operation, larger
- * than any of them, stays exact too (compress.c). Read under comm->mu. */
-static int exact_by_size(const chorus_comm_t* comm, const chorus_task_t* t) {
-  const chorus_compression_opts_t* o = &comm->compression;
-  const chorus_coll_args_t* a = &t->args;
-  return o->codec != CHORUS_COMPRESSION_NONE && a->dtype == CHORUS_FLOAT32 &&
-         (a->op == CHORUS_SUM || a->op == CHORUS_AVG) && a->count * t->dtype_size < o->min_bytes;
-}
-
-/* Which calls fuse with which: same kind and, for allreduce, same dtype, op and compression;
- * allgather, same dtype. 0: not fused. */
+/* Which calls fuse with which: same kind and, for allreduce, same dtype, op and compression
+ * (calls the communicator's setting leaves exact for their size fuse only with each other, and
+ * their fused operation, larger than any of them, stays exact too); allgather, same dtype.
+ * 0: not fused. Under comm->mu. */
 static uint64_t fuse_key(const chorus_comm_t* comm, const chorus_task_t* t) {
   const chorus_coll_args_t* a = &t->args;
   switch (a->coll) {
     case CH_COLL_ALLREDUCE: /* a call with its own compression or residual runs on its own */
       if (a->zip_given || a->residual) return 0;
-      return 1 | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 | (uint64_t)exact_by_size(comm, t) << 24;
+      return 1 | (uint64_t)a->dtype << 8 | (uint64_t)a->op << 16 | (uint64_t)chorus__compression_exact_by_size(comm, a) << 24;
     case CH_COLL_ALLGATHER: return 2 | (uint64_t)a->dtype << 8;
     case CH_COLL_BARRIER: return 3;
     default: return 0;
@@ -210,7 +202,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   chorus_coll_args_t a = {.coll = t0->args.coll, .sendbuf = pack, .recvbuf = gather ? pack + total * es : pack,
                           .count = total, .dtype = t0->args.dtype, .op = t0->args.op, .shape = shape};
   if (a.coll == CH_COLL_BARRIER) a.dtype = CHORUS_UINT8;
-  if (a.coll == CH_COLL_ALLREDUCE && exact_by_size(comm, t0)) {
+  if (chorus__compression_exact_by_size(comm, &t0->args)) {
     a.zip_given = 1; /* as its members would have gone: uncompressed */
     a.zip = (chorus_compression_opts_t){.codec = CHORUS_COMPRESSION_NONE};
   }

@@ -51,6 +51,7 @@ struct chorus_comm {
   /* Gradient compression of float32 sum/avg allreduces (coll/compress.c): the setting in force
    * (mu) and the one CHORUS_COMPRESSION gave, which chorus_comm_set_compression(NULL) restores. */
   chorus_compression_opts_t compression, compression_env;
+  size_t compression_min_bytes; /* the setting leaves smaller calls exact (mu) */
   char algo_spec[256];                                      /* CHORUS_ALGO as given */
   chorus_algo_rule_t rules[CH_COLL_COUNT][CHORUS_MAX_ALGO_RULES]; /* resolved per collective */
   int nrules[CH_COLL_COUNT];

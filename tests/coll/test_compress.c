@@ -233,6 +233,7 @@ static int plan_rank(chorus_comm_t* comm, int rank, void* arg) {
   plan_t* p = arg;
   int n = 0;
   ASSERT_OK(chorus_comm_size(comm, &n));
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression_min_bytes(comm, 0)); /* every count compressed */
   for (int k = 0; k < p->ncalls; k++) {
     const call_t* call = &p->calls[k];
     chorus_compression_opts_t o = {call->codec, call->fraction, p->scope};
@@ -320,6 +321,7 @@ static int untouched_rank(chorus_comm_t* comm, int rank, void* arg) {
   ASSERT_COMM_OK(comm, chorus_allreduce(in, plain, COUNT, u->dtype, u->op, comm));
   chorus_compression_opts_t o = {CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
   ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, &o));
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression_min_bytes(comm, 0)); /* left alone for another reason */
   ASSERT_COMM_OK(comm, chorus_allreduce(in, zipped, COUNT, u->dtype, u->op, comm));
   int same = memcmp(plain, zipped, COUNT * es) == 0;
   if (!same) printf("WRONG rank %d: %s %s changed under int8 compression\n", rank, chorus_dtype_name(u->dtype),
@@ -355,7 +357,12 @@ TEST_EX(hosts_forced_ring_uncompressed, 120, "quick") {
 
 /* ---- min_bytes: smaller calls stay exact, alone and grouped ---- */
 
-enum { MIN_BYTES = 4096, SMALL = MIN_BYTES / 4 - 1, GROUPED = 64 };
+enum { GROUPED = 64 };
+
+typedef struct {
+  chorus_compression_opts_t opts;
+  size_t min_bytes;
+} min_plan_t;
 
 /* The allreduce of `count` elements with and without the setting; returns whether they agree. */
 static int same_as_plain(chorus_comm_t* comm, int rank, size_t count, const chorus_compression_opts_t* o) {
@@ -374,27 +381,44 @@ static int same_as_plain(chorus_comm_t* comm, int rank, size_t count, const chor
 }
 
 static int min_bytes_rank(chorus_comm_t* comm, int rank, void* arg) {
-  const chorus_compression_opts_t* o = arg;
+  const min_plan_t* p = arg;
+  const chorus_compression_opts_t* o = &p->opts;
+  size_t below = p->min_bytes / 4 - (p->min_bytes % 4 == 0), at = below + 1; /* the last count under, the first not */
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression_min_bytes(comm, p->min_bytes));
   int bad = 0;
-  if (!same_as_plain(comm, rank, SMALL, o)) bad += printf("WRONG rank %d: a call under min_bytes was compressed\n", rank);
-  if (same_as_plain(comm, rank, MIN_BYTES / 4, o)) bad += printf("WRONG rank %d: a call of min_bytes was not compressed\n", rank);
-  /* GROUPED small calls fuse into one operation of about GROUPED x min_bytes: it must stay exact. */
-  float* in = malloc(GROUPED * SMALL * sizeof(float));
-  float* plain = malloc(GROUPED * SMALL * sizeof(float));
-  float* grouped = malloc(GROUPED * SMALL * sizeof(float));
-  ASSERT_TRUE(in && plain && grouped);
-  fill_input(in, GROUPED * SMALL, DATA_RANDOM, 99, rank);
+  if (!same_as_plain(comm, rank, below, o)) bad += printf("WRONG rank %d: a call under min_bytes was compressed\n", rank);
+  if (same_as_plain(comm, rank, at, o)) bad += printf("WRONG rank %d: a call of min_bytes was not compressed\n", rank);
+  /* A call's own compression applies at any size. */
+  float* x = malloc(below * sizeof(float));
+  float* own = malloc(below * sizeof(float));
+  ASSERT_TRUE(x && own);
+  fill_input(x, below, DATA_RANDOM, 5, rank);
+  chorus_allreduce_opts_t call = {o, NULL};
   ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, NULL));
+  ASSERT_COMM_OK(comm, chorus_allreduce_ex(x, own, below, CHORUS_FLOAT32, CHORUS_SUM, &call, comm));
+  ASSERT_COMM_OK(comm, chorus_allreduce(x, x, below, CHORUS_FLOAT32, CHORUS_SUM, comm));
+  if (memcmp(own, x, below * sizeof(float)) == 0) bad += printf("WRONG rank %d: a call's own compression was not applied\n", rank);
+  free(x);
+  free(own);
+  /* GROUPED small calls fuse into one operation of about GROUPED x min_bytes: it must stay exact. */
+  float* in = malloc(GROUPED * below * sizeof(float));
+  float* plain = malloc(GROUPED * below * sizeof(float));
+  float* grouped = malloc(GROUPED * below * sizeof(float));
+  ASSERT_TRUE(in && plain && grouped);
+  fill_input(in, GROUPED * below, DATA_RANDOM, 99, rank);
   for (int g = 0; g < 2; g++) {
     float* out = g ? grouped : plain;
     ASSERT_OK(chorus_group_start());
     for (int c = 0; c < GROUPED; c++)
-      ASSERT_COMM_OK(comm, chorus_allreduce(in + c * SMALL, out + c * SMALL, SMALL, CHORUS_FLOAT32, CHORUS_SUM, comm));
+      ASSERT_COMM_OK(comm, chorus_allreduce(in + c * below, out + c * below, below, CHORUS_FLOAT32, CHORUS_SUM, comm));
     ASSERT_OK(chorus_group_end());
     ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, o));
   }
-  if (memcmp(plain, grouped, GROUPED * SMALL * sizeof(float)) != 0)
+  if (memcmp(plain, grouped, GROUPED * below * sizeof(float)) != 0)
     bad += printf("WRONG rank %d: grouped calls under min_bytes were compressed\n", rank);
+  size_t got = 0;
+  ASSERT_OK(chorus_comm_get_compression_min_bytes(comm, &got));
+  ASSERT_EQ(got, p->min_bytes);
   free(in);
   free(plain);
   free(grouped);
@@ -402,14 +426,16 @@ static int min_bytes_rank(chorus_comm_t* comm, int rank, void* arg) {
 }
 
 TEST_EX(min_bytes_one_host, 120, "quick") {
-  chorus_compression_opts_t o = {CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_ALL, MIN_BYTES};
-  ASSERT_EQ(run_ranks(3, min_bytes_rank, &o), 0);
+  min_plan_t p = {{CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_ALL}, 4096};
+  ASSERT_EQ(run_ranks(3, min_bytes_rank, &p), 0);
+  p.min_bytes = 4001; /* not a multiple of 4: 1000 elements are under it, 1001 are not */
+  ASSERT_EQ(run_ranks(2, min_bytes_rank, &p), 0);
 }
 
 TEST_EX(min_bytes_hosts, 120, "quick") {
-  chorus_compression_opts_t o = {CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST, MIN_BYTES};
+  min_plan_t p = {{CHORUS_COMPRESSION_INT8, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST}, 4096};
   ranks_set_hosts(4, k2x2_rr);
-  ASSERT_EQ(run_ranks(4, min_bytes_rank, &o), 0);
+  ASSERT_EQ(run_ranks(4, min_bytes_rank, &p), 0);
   ranks_set_hosts(0, NULL);
 }
 
@@ -420,6 +446,7 @@ static int mismatch_rank(chorus_comm_t* comm, int rank, void* arg) {
   chorus_compression_opts_t o = {rank == 1 ? CHORUS_COMPRESSION_BF16 : CHORUS_COMPRESSION_FP16, 0,
                                  CHORUS_COMPRESSION_SCOPE_ALL};
   ASSERT_COMM_OK(comm, chorus_comm_set_compression(comm, &o));
+  ASSERT_COMM_OK(comm, chorus_comm_set_compression_min_bytes(comm, 0));
   float buf[4096];
   fill_input(buf, 4096, DATA_RANDOM, 3, rank);
   chorus_status_t st = chorus_allreduce(buf, buf, 4096, CHORUS_FLOAT32, CHORUS_SUM, comm);
@@ -453,7 +480,10 @@ static int api_rank(chorus_comm_t* comm, int rank, void* arg) {
   ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_TOPK);
   ASSERT_TRUE(fabs(o.topk_fraction - 0.01) < 1e-12);
   ASSERT_EQ((int)o.scope, (int)CHORUS_COMPRESSION_SCOPE_ALL);
-  ASSERT_EQ(o.min_bytes, (size_t)100); /* CHORUS_COMPRESSION_MIN_BYTES=100 */
+  size_t min_bytes = 0;
+  ASSERT_OK(chorus_comm_get_compression_min_bytes(comm, &min_bytes));
+  ASSERT_EQ(min_bytes, (size_t)100); /* CHORUS_COMPRESSION_MIN_BYTES=100 */
+  ASSERT_STATUS(chorus_comm_get_compression_min_bytes(comm, NULL), CHORUS_ERR_INVALID_ARG);
   chorus_compression_opts_t bad[] = {{(chorus_compression_t)6, 0, CHORUS_COMPRESSION_SCOPE_ALL},
                                      {(chorus_compression_t)-1, 0, CHORUS_COMPRESSION_SCOPE_ALL},
                                      {CHORUS_COMPRESSION_TOPK, 0.0, CHORUS_COMPRESSION_SCOPE_ALL},
@@ -469,7 +499,6 @@ static int api_rank(chorus_comm_t* comm, int rank, void* arg) {
   ASSERT_OK(chorus_comm_get_compression(comm, &o));
   ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_INT4);
   ASSERT_TRUE(o.topk_fraction == 0.0); /* only top-k keeps a fraction */
-  ASSERT_EQ(o.min_bytes, (size_t)0);    /* the setter's own */
   ASSERT_OK(chorus_comm_set_compression(comm, NULL));
   ASSERT_OK(chorus_comm_get_compression(comm, &o));
   ASSERT_EQ((int)o.codec, (int)CHORUS_COMPRESSION_TOPK);
@@ -482,6 +511,7 @@ TEST_EX(api_and_env, 120, "quick") {
   ASSERT_NULL(chorus_compression_name((chorus_compression_t)42));
   ASSERT_STATUS(chorus_comm_set_compression(NULL, NULL), CHORUS_ERR_INVALID_ARG);
   ASSERT_STATUS(chorus_comm_get_compression(NULL, NULL), CHORUS_ERR_INVALID_ARG);
+  ASSERT_STATUS(chorus_comm_set_compression_min_bytes(NULL, 0), CHORUS_ERR_INVALID_ARG);
   setenv("CHORUS_COMPRESSION", "topk:1%", 1);
   setenv("CHORUS_COMPRESSION_SCOPE", "all", 1);
   setenv("CHORUS_COMPRESSION_MIN_BYTES", "100", 1);

@@ -290,13 +290,15 @@ static void print_header(const perf_ctx_t* ctx, perf_coll_t coll) {
          o->nonblocking ? "non-blocking" : "blocking");
   chorus_compression_opts_t zip = {CHORUS_COMPRESSION_NONE, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
   chorus_comm_get_compression(ctx->comm, &zip);
+  size_t min_bytes = 0;
+  chorus_comm_get_compression_min_bytes(ctx->comm, &min_bytes);
   char compression[96] = "none";
   const char* scope = zip.scope == CHORUS_COMPRESSION_SCOPE_ALL ? "every level" : "across hosts";
   if (zip.codec == CHORUS_COMPRESSION_TOPK)
-    snprintf(compression, sizeof compression, "topk %g (%s, from %zu bytes)", zip.topk_fraction, scope, zip.min_bytes);
+    snprintf(compression, sizeof compression, "topk %g (%s, from %zu bytes)", zip.topk_fraction, scope, min_bytes);
   else if (zip.codec != CHORUS_COMPRESSION_NONE)
     snprintf(compression, sizeof compression, "%s (%s, from %zu bytes)", chorus_compression_name(zip.codec), scope,
-             zip.min_bytes);
+             min_bytes);
   printf("# host %s | chorus %s | algo %s | compression %s\n#\n", ctx->host, ctx->version,
          forced_algo(coll, algo, sizeof algo), compression);
   printf("#%12s %12s %9s %6s %13s %10s %12s %12s %7s\n", "size", "count", "type", "redop", "algo",

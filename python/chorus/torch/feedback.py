@@ -38,51 +38,62 @@ def codec_wants_feedback(mode, codec):
 
 
 class TensorResiduals:
-    """comm's residuals, one per live tensor object."""
+    """comm's residuals, one per live tensor object.
+
+    Lifetimes: a call in flight holds its tensor and its Residual (the work's keepalive), so
+    this registry only ever drops its own references, and a Residual is freed (Residual.__del__)
+    once no call uses it any more. The weakref callback that reports a dead tensor takes no lock
+    and allocates nothing: it can run wherever the garbage collector does, even inside get()
+    on this thread, so it only appends the key to a list that get(), __len__ and close() empty."""
 
     def __init__(self, comm):
         self._comm = comm
         self._lock = threading.Lock()
         self._by_id = {}  # id(tensor) -> (weakref to it, Residual)
+        self._dead = []  # keys whose tensor died; list.append is atomic
 
     def __len__(self):
+        self._drop_dead()
         return len(self._by_id)
 
     def get(self, tensor, count):
         """The residual of `tensor` for calls of `count` float32, made (zero) on its first call."""
+        self._drop_dead()
         key = id(tensor)
         with self._lock:
             entry = self._by_id.get(key)
-            if entry is not None and entry[0]() is tensor and entry[1].count == count:
-                return entry[1]
-            stale = entry[1] if entry is not None else None
-            residual = self._comm.residual(count)
-            self._by_id[key] = (weakref.ref(tensor, self._forget(key)), residual)
-        if stale is not None:  # the same tensor with another size: no call of it is in flight
-            stale.close()
+        if entry is not None and entry[0]() is tensor and entry[1].count == count:
+            return entry[1]
+        residual = self._comm.residual(count)  # outside the lock: it may run the collector
+        ref = weakref.ref(tensor, _on_death(self._dead, key))
+        with self._lock:
+            # Another size for the same tensor (or its id reused): the old Residual goes when
+            # the calls that hold it end.
+            stale, self._by_id[key] = self._by_id.get(key), (ref, residual)
+        del stale
         return residual
 
-    def _forget(self, key):
-        """The callback that frees a residual with its tensor. A work in flight holds its
-        tensor, so the tensor, and then its residual, go only once no call uses them."""
-        owner = weakref.ref(self)
-
-        def forget(ref):
-            self_ = owner()
-            if self_ is None:
-                return
-            with self_._lock:
-                entry = self_._by_id.get(key)
-                if entry is None or entry[0] is not ref:
-                    return
-                del self_._by_id[key]
-            entry[1].close()
-
-        return forget
+    def _drop_dead(self):
+        dropped = []
+        with self._lock:
+            while self._dead:
+                key = self._dead.pop()
+                entry = self._by_id.get(key)
+                if entry is not None and entry[0]() is None:
+                    dropped.append(self._by_id.pop(key))
+        del dropped  # outside the lock: the Residuals that nothing else holds are freed here
 
     def close(self):
-        """Frees every residual (after the last call that uses them completed)."""
+        """Lets go of every residual (each is freed once no call holds it)."""
         with self._lock:
-            entries, self._by_id = list(self._by_id.values()), {}
-        for _, residual in entries:
-            residual.close()
+            entries, self._by_id, self._dead[:] = self._by_id, {}, []
+        del entries
+
+
+def _on_death(dead, key):
+    """The weakref callback of one tensor: records its key, nothing else (see TensorResiduals)."""
+
+    def callback(_ref):
+        dead.append(key)
+
+    return callback
