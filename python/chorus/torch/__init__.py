@@ -6,7 +6,10 @@
 
 bootstraps a Chorus communicator through the c10d store. It also provides allreduce_hook, a
 DDP communication hook that averages buckets through Chorus while another backend stays the
-default group, and compress_hook(codec), the same with gradient compression. Needs torch >= 1.13 (Python ProcessGroup subclasses, _create_work_from_future).
+default group, and compress_hook(codec), the same with gradient compression. Without a hook,
+CHORUS_COMPRESSION compresses the backend's own large float32 sum allreduces (DDP's buckets),
+with an error-feedback residual per bucket for int4 and top-k (feedback.py). Needs torch >= 1.13
+(Python ProcessGroup subclasses, _create_work_from_future).
 """
 
 import torch.distributed as dist
