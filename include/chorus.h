@@ -214,9 +214,10 @@ CHORUS_API chorus_status_t chorus_comm_dump(chorus_comm_t* comm, const char* pat
  * form; on one host nothing changes, and a communicator whose hosts hold unequal rank counts
  * compresses every rank's data (the flat compressed allreduce). Scope ALL compresses at every
  * level, one host included. Other dtypes, other ops and the other collectives are sent
- * uncompressed, and so are calls under the communicator's min_bytes (below), calls whose algorithm CHORUS_ALGO forces to one that does not
- * compress (every algorithm but `hier` and `zip`; a forced `zip` lets calls without a codec run
- * as if not forced) and top-k calls of 2^32 elements or more (its indices are 32-bit). Every rank of a communicator must use the
+ * uncompressed, and so are calls under the communicator's min_bytes (below), calls whose
+ * algorithm CHORUS_ALGO forces to one that does not compress (every algorithm but `hier` and
+ * `zip`; a forced `zip` lets calls without a codec run as if not forced) and top-k calls of
+ * 2^32 elements or more (its indices are 32-bit). Every rank of a communicator must use the
  * same setting: the codec is part of each call's signature, so ranks that differ get
  * ERR_MISMATCH. Wire forms (src/reduce/codec.h): FP16 and BF16 round to nearest even; INT8
  * and INT4 keep one float32 scale per 2048 elements (a chunk holding an infinity or NaN

@@ -205,15 +205,14 @@ def _declare_prototypes(lib):
         _declare(lib, "chorus_compression_name", ctypes.c_char_p, [i])
         _declare(lib, "chorus_comm_set_compression", st, [comm, popts])
         _declare(lib, "chorus_comm_get_compression", st, [comm, popts])
-    if hasattr(lib, "chorus_comm_set_compression_min_bytes"):
-        _declare(lib, "chorus_comm_set_compression_min_bytes", st, [comm, sz])
-        _declare(lib, "chorus_comm_get_compression_min_bytes", st, [comm, ctypes.POINTER(sz)])
-    if hasattr(lib, "chorus_comm_set_compression"):
         _declare(lib, "chorus_residual_create", st, [comm, sz, ctypes.POINTER(ctypes.c_void_p)])
         _declare(lib, "chorus_residual_destroy", st, [vp])
         ar_ex = [cvp, vp, sz, i, i, ctypes.POINTER(AllreduceOptsStruct), comm]
         _declare(lib, "chorus_allreduce_ex", st, ar_ex)
         _declare(lib, "chorus_iallreduce_ex", st, ar_ex + [preq])
+    if hasattr(lib, "chorus_comm_set_compression_min_bytes"):
+        _declare(lib, "chorus_comm_set_compression_min_bytes", st, [comm, sz])
+        _declare(lib, "chorus_comm_get_compression_min_bytes", st, [comm, ctypes.POINTER(sz)])
 
     _declare(lib, "chorus_group_start", st, [])
     _declare(lib, "chorus_group_end", st, [])

@@ -481,7 +481,16 @@ class Communicator:
     def compression(self):
         """The compression in force: (codec, scope), codec as compression_opts() takes it
         ("int8", "topk:0.01", "none"), scope "inter" or "all"."""
-        return self._compression_of(self._get_compression())
+        opts = _lib.CompressionOptsStruct()
+        with self._lock:
+            self._raise_for(_lib_handle.chorus_comm_get_compression(self._live_handle(), ctypes.byref(opts)),
+                            "compression")
+        names = {v: k for k, v in _lib.CODECS.items()}
+        codec = names.get(opts.codec, str(opts.codec))
+        if codec == "topk":
+            codec = f"topk:{opts.topk_fraction!r}"  # exact: set on another rank, the same k
+        scope = {v: k for k, v in _lib.COMPRESSION_SCOPES.items()}.get(opts.scope, str(opts.scope))
+        return codec, scope
 
     @property
     def compression_min_bytes(self):
@@ -507,22 +516,6 @@ class Communicator:
         """A number that changes whenever this object changes the setting (set_compression,
         compression_min_bytes), for caches of it."""
         return self._compression_version
-
-    def _get_compression(self):
-        opts = _lib.CompressionOptsStruct()
-        with self._lock:
-            self._raise_for(_lib_handle.chorus_comm_get_compression(self._live_handle(), ctypes.byref(opts)),
-                            "compression")
-        return opts
-
-    @staticmethod
-    def _compression_of(opts):
-        names = {v: k for k, v in _lib.CODECS.items()}
-        codec = names.get(opts.codec, str(opts.codec))
-        if codec == "topk":
-            codec = f"topk:{opts.topk_fraction!r}"  # exact: set on another rank, the same k
-        scope = {v: k for k, v in _lib.COMPRESSION_SCOPES.items()}.get(opts.scope, str(opts.scope))
-        return codec, scope
 
     def set_compression(self, codec=None, scope="inter"):
         """Compresses the float32 sum/avg allreduces posted from now on, from

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from .. import _buffers, _lib
 from ..comm import Communicator, compression_opts
 from .completion import CompletionThread
+from .feedback import codec_wants_feedback
 from .work import checked_future
 
 _hook_state_counter = itertools.count()
@@ -98,7 +99,7 @@ def compress_hook(codec, error_feedback=None, scope="inter"):
     are not float32 go uncompressed."""
     opts = compression_opts(codec, scope)
     if error_feedback is None:
-        error_feedback = str(codec).lower().startswith(("int4", "topk"))
+        error_feedback = codec_wants_feedback("auto", str(codec).lower())
 
     def hook(state, bucket):
         buffer = bucket.buffer()
