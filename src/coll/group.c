@@ -94,6 +94,12 @@ static size_t fused_bytes(const chorus_task_t* t) {
   return t->args.coll == CH_COLL_ALLGATHER ? b * (size_t)t->nranks : b;
 }
 
+/* Bytes of the caller's buffers a call reads and writes (algo/common.h). */
+static size_t touched_by(const chorus_task_t* t) {
+  size_t b = t->args.count * t->dtype_size;
+  return chorus__touched_bytes(t->args.sendbuf, b, t->args.recvbuf, fused_bytes(t));
+}
+
 /* The shape of a communicator's group: its collectives' kinds, dtypes, ops, roots and counts
  * in order (never 0). */
 static uint32_t group_shape(member_t* const* calls, size_t n) {
@@ -167,8 +173,10 @@ static void post_single(chorus_comm_t* comm, chorus_req_t* req, int drives) {
   if (st < 0) fail_calls(comm, &req, 1, st);
 }
 
-/* Posts n calls of one fuse key as one operation over a packed buffer. */
-static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n, uint32_t shape, int drives) {
+/* Posts n calls of one fuse key as one operation over a packed buffer; bucket_bytes: what all
+ * the calls of their key touch (touched_by). */
+static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n, uint32_t shape, size_t bucket_bytes,
+                       int drives) {
   const chorus_task_t* t0 = &reqs[0]->task;
   size_t es = t0->dtype_size, total = 0;
   for (size_t i = 0; i < n; i++) total += reqs[i]->task.args.count;
@@ -211,6 +219,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
     fused->task.segs = f->segs;
     fused->task.nsegs = f->nsegs;
   }
+  fused->task.group_bytes = bucket_bytes;
   fused->task.on_start = fused_start;
   fused->task.on_done = fused_done;
   fused->task.caller_drives = drives;
@@ -230,7 +239,8 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
 /* Posts the calls of one fuse key in pieces of at most CHORUS_GROUP_FUSE_BYTES (a call is never
  * split; a piece of one call runs on the call's own buffers). */
 static void post_bucket(chorus_comm_t* comm, chorus_req_t** reqs, size_t n, uint32_t shape, int drives) {
-  size_t limit = comm->group_fuse_bytes;
+  size_t limit = comm->group_fuse_bytes, bucket_bytes = 0;
+  for (size_t i = 0; i < n; i++) bucket_bytes += touched_by(&reqs[i]->task);
   for (size_t first = 0; first < n;) {
     size_t end = first + 1, bytes = fused_bytes(&reqs[first]->task);
     while (end < n && bytes + fused_bytes(&reqs[end]->task) <= limit) bytes += fused_bytes(&reqs[end++]->task);
@@ -238,7 +248,7 @@ static void post_bucket(chorus_comm_t* comm, chorus_req_t** reqs, size_t n, uint
       reqs[first]->task.args.shape = shape;
       post_single(comm, reqs[first], drives);
     } else {
-      post_fused(comm, reqs + first, end - first, shape, drives);
+      post_fused(comm, reqs + first, end - first, shape, bucket_bytes, drives);
     }
     first = end;
   }

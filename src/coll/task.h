@@ -178,6 +178,10 @@ typedef struct chorus_task {
    * zero count); NULL otherwise. Only an algorithm with takes_segments reads them. */
   const chorus_seg_t* segs;
   size_t nsegs;
+  /* A fused group operation: the bytes of the caller's buffers that every call of its kind in
+   * the group touches, in all the pieces (coll/group.c). Its algorithm judges by them whether
+   * the outputs stay cached, as they are all written together (0: not fused). */
+  size_t group_bytes;
   void (*on_start)(struct chorus_task* t);
   void (*on_done)(struct chorus_task* t, chorus_status_t st);
   void* on_done_arg;
@@ -208,6 +212,15 @@ static inline uint8_t chorus__task_op_byte(const chorus_task_t* t) {
  * its group shape. */
 static inline int32_t chorus__task_root_word(const chorus_task_t* t) {
   return chorus__coll_rooted(t->args.coll) ? t->args.root : (int32_t)t->args.shape;
+}
+
+/* Bytes of the caller's buffers one rank reads and writes over a call: in_bytes from in and
+ * out_bytes into out, counted once where they overlap (in place). Whether they can stay in
+ * the caches decides how the memory-semantics collectives store (algo/shm/shm.h). */
+static inline size_t chorus__touched_bytes(const void* in, size_t in_bytes, const void* out, size_t out_bytes) {
+  uintptr_t i = (uintptr_t)in, o = (uintptr_t)out;
+  int overlap = in && out && i < o + out_bytes && o < i + in_bytes;
+  return out_bytes + (in && !overlap ? in_bytes : 0);
 }
 
 #endif /* CHORUS_TASK_H */

@@ -14,6 +14,7 @@
 
 #include "coll/coll.h"
 #include "core/clock.h"
+#include "core/cache.h"
 #include "core/live.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -27,6 +28,8 @@ void chorus__comm_set_error(chorus_comm_t* comm, const char* fmt, ...) {
 
 /* CHORUS_GROUP_FUSE_BYTES=-1 until the topology is known. */
 #define GROUP_FUSE_BY_TOPOLOGY SIZE_MAX
+/* CHORUS_SHM_STREAM_BYTES=-1 until the ranks on this machine are known. */
+#define STREAM_BY_MACHINE SIZE_MAX
 
 /* "16K", "1M", "0": bytes with an optional binary suffix; 0 when malformed. */
 static int parse_bytes(const char* txt, size_t* out) {
@@ -174,7 +177,7 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->shm_enabled = !v[6];
   comm->shm_ring_bytes = ((size_t)v[7] + 63) & ~(size_t)63;
   comm->shm_slot_bytes = ((size_t)v[8] + 4095) & ~(size_t)4095;
-  comm->shm_stream_bytes = (size_t)v[9];
+  comm->shm_stream_bytes = v[9] < 0 ? STREAM_BY_MACHINE : (size_t)v[9];
   comm->p2p_eager_bytes = (size_t)v[10];
   comm->p2p_unexpected_bytes = (size_t)v[11];
   comm->group_fuse_bytes = v[12] < 0 ? GROUP_FUSE_BY_TOPOLOGY : (size_t)v[12];
@@ -289,6 +292,13 @@ static double machine_oversubscription(const chorus_peer_info_t* infos, int n) {
   return worst;
 }
 
+/* The communicator's ranks on the machine of rank `me` (emulated hosts may share it). */
+static int ranks_on_machine(const chorus_peer_info_t* infos, int n, int me) {
+  int same = 0;
+  for (int q = 0; q < n; q++) same += strncmp(infos[q].machine, infos[me].machine, sizeof(infos[me].machine)) == 0;
+  return same;
+}
+
 /* The topology (core/topo) from every rank's host id, and the queries' figures. */
 static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_info_t* infos) {
   const char** ids = malloc((size_t)comm->nranks * sizeof(*ids));
@@ -306,6 +316,12 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
   comm->cost.spread = comm->cost.flat; /* until tune.c divides it */
   comm->cost.machine_oversub = machine_oversubscription(infos, comm->nranks);
+  if (comm->shm_stream_bytes == STREAM_BY_MACHINE) {
+    int mine = ranks_on_machine(infos, comm->nranks, comm->rank);
+    comm->shm_stream_bytes = chorus__stream_from_bytes(chorus__llc_bytes(), mine, infos[comm->rank].cpus);
+    CH_INFO(TUNE, comm->rank, "calls that read and write %zu bytes of their buffers or more store with streaming stores (%d ranks on this machine)",
+             comm->shm_stream_bytes, mine);
+  }
   /* Across hosts a fused piece pays the two-level pipeline's fill and drain and a round trip
    * per phase: 4 MiB pieces took 5-20% less time than 1 MiB ones for 1000 grouped 4 KiB
    * allreduces on 4 emulated hosts (docs/group.md); on one host 1 MiB stays in the caches. */

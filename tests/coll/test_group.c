@@ -112,6 +112,17 @@ TEST(fused_allreduce_pieces_n3) {
   setenv("CHORUS_GROUP_FUSE_BYTES", "4096", 1);
   run_on(3, NULL, fused_allreduce_rank);
 }
+/* Pieces (16 KiB) under the streaming threshold (32 KiB) in buckets over it: the pieces write
+ * their members' results with streaming stores, as their group's outputs together no longer
+ * stay cached (task.group_bytes); over shared memory (2 ranks: the one-phase combine streams)
+ * and across emulated hosts. */
+static void run_streamed(int n, const int* hosts) {
+  setenv("CHORUS_GROUP_FUSE_BYTES", "16384", 1);
+  setenv("CHORUS_SHM_STREAM_BYTES", "32768", 1);
+  run_on(n, hosts, fused_allreduce_rank);
+}
+TEST(fused_allreduce_streamed_n2) { run_streamed(2, NULL); }
+TEST(fused_allreduce_streamed_hosts_n4) { run_streamed(4, kHosts4); }
 TEST_EX(fused_allreduce_off_n2, 60, "full") {
   setenv("CHORUS_GROUP_FUSE_BYTES", "0", 1);
   run_on(2, NULL, fused_allreduce_rank);

@@ -129,8 +129,9 @@ static chorus_status_t start_stage(chorus_task_t* t, void* ctx, int stage, size_
     s.seg_at = chunk_first(h, c);
   }
   for (int i = 0; i < h->at.L; i++) chorus__ring_segment(s.count, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
+  size_t bytes = h->whole.count * h->whole.elem_bytes;
   return chorus__hier_run_shm(t, &s, is_rs ? CHORUS_HIER_SHM_RS : CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len,
-                              h->whole.count * h->whole.elem_bytes, run);
+                              chorus__touched_bytes(h->whole.sendbuf, bytes, h->whole.recvbuf, bytes), run);
 }
 
 static chorus_status_t hier_progress(chorus_task_t* t) {

@@ -58,10 +58,12 @@ chorus_status_t chorus__hier_run_reduce(const chorus_sched_t* s, chorus_hier_run
 chorus_status_t chorus__hier_run_rd(const chorus_sched_t* s, chorus_hier_run_t* run); /* allreduce */
 /* A memory-semantics engine over s->group, this host's group (algo/shm/group.h): the
  * reduce-scatter or allgather of the pieces first/len, or the reduce to or broadcast from
- * s->root of the whole buffer (first/len unused). */
+ * s->root of the whole buffer (first/len unused). touched_bytes: what the whole call reads and
+ * writes of the caller's buffers on this rank, which decides its stores (algo/shm/shm.h; 0:
+ * plain stores). */
 enum { CHORUS_HIER_SHM_RS, CHORUS_HIER_SHM_AG, CHORUS_HIER_SHM_REDUCE, CHORUS_HIER_SHM_BCAST };
 chorus_status_t chorus__hier_run_shm(chorus_task_t* t, const chorus_sched_t* s, int kind, const size_t* first,
-                                     const size_t* len, size_t out_bytes, chorus_hier_run_t* run);
+                                     const size_t* len, size_t touched_bytes, chorus_hier_run_t* run);
 void chorus__hier_run_free(chorus_hier_run_t* run); /* NULL-safe, idempotent */
 
 /* ---- the phase pipeline of a two-level algorithm (hier/pipe.c) ----

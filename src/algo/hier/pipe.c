@@ -55,11 +55,11 @@ static chorus_status_t shm_step(chorus_task_t* t, void* st) { return chorus__shm
 static void shm_free(void* st) { chorus__shm_group_free(st); }
 
 chorus_status_t chorus__hier_run_shm(chorus_task_t* t, const chorus_sched_t* s, int kind, const size_t* first,
-                                     const size_t* len, size_t out_bytes, chorus_hier_run_t* run) {
+                                     const size_t* len, size_t touched_bytes, chorus_hier_run_t* run) {
   chorus_shm_group_t* g = NULL;
   chorus_status_t st = CHORUS_ERR_INTERNAL;
-  if (kind == CHORUS_HIER_SHM_RS) st = chorus__shm_group_rs_start(t, s, first, len, out_bytes, &g);
-  else if (kind == CHORUS_HIER_SHM_AG) st = chorus__shm_group_ag_start(t, s, first, len, out_bytes, &g);
+  if (kind == CHORUS_HIER_SHM_RS) st = chorus__shm_group_rs_start(t, s, first, len, touched_bytes, &g);
+  else if (kind == CHORUS_HIER_SHM_AG) st = chorus__shm_group_ag_start(t, s, first, len, touched_bytes, &g);
   else if (kind == CHORUS_HIER_SHM_REDUCE) st = chorus__shm_group_reduce_start(t, s, &g);
   else if (kind == CHORUS_HIER_SHM_BCAST) st = chorus__shm_group_bcast_start(t, s, &g);
   *run = (chorus_hier_run_t){shm_step, shm_free, g};

@@ -23,10 +23,10 @@ static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
 
 static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
-  size_t out = block * (size_t)t->nranks;
+  size_t out = block * (size_t)t->nranks, touched = chorus__touched_bytes(t->args.sendbuf, block, t->args.recvbuf, out);
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, out))
-    return chorus__shm_op_init(t, 1, 1, out);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, out);
+    return chorus__shm_op_init(t, 1, 1, touched);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

@@ -83,7 +83,7 @@ static void ag_output(const chorus_shm_group_t* g, size_t e, const char* src, si
 }
 
 static chorus_status_t start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first, const size_t* len,
-                             size_t out_bytes, int kind, chorus_shm_group_t** out) {
+                             size_t touched_bytes, int kind, chorus_shm_group_t** out) {
   *out = NULL;
   int n = s->group.size;
   chorus_shm_group_t* g = calloc(1, sizeof(*g));
@@ -122,19 +122,19 @@ static chorus_status_t start(chorus_task_t* t, const chorus_sched_t* s, const si
     chorus__shm_group_free(g);
     return CHORUS_ERR_NOT_SUPPORTED;
   }
-  chorus__shm_op_setup(t, &g->op, n, s->group.me, longest, per_chunk, out_bytes, reduce);
+  chorus__shm_op_setup(t, &g->op, n, s->group.me, longest, per_chunk, touched_bytes, reduce);
   *out = g;
   return CHORUS_OK;
 }
 
 chorus_status_t chorus__shm_group_rs_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
-                                           const size_t* len, size_t out_bytes, chorus_shm_group_t** out) {
-  return start(t, s, first, len, out_bytes, GROUP_RS, out);
+                                           const size_t* len, size_t touched_bytes, chorus_shm_group_t** out) {
+  return start(t, s, first, len, touched_bytes, GROUP_RS, out);
 }
 
 chorus_status_t chorus__shm_group_ag_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
-                                           const size_t* len, size_t out_bytes, chorus_shm_group_t** out) {
-  return start(t, s, first, len, out_bytes, GROUP_AG, out);
+                                           const size_t* len, size_t touched_bytes, chorus_shm_group_t** out) {
+  return start(t, s, first, len, touched_bytes, GROUP_AG, out);
 }
 
 /* Reduce and broadcast: every member's piece is the whole buffer. */

@@ -7,7 +7,8 @@
  *
  * The buffer is cut into one piece per member: member i's piece is elements
  * [first[i], first[i] + len[i]) (the segments of an allreduce, or the blocks of a
- * reduce-scatter); pieces may be empty.
+ * reduce-scatter); pieces may be empty. touched_bytes: what the whole call reads and writes of
+ * the caller's buffers on this rank (shm.h's chorus__shm_op_setup: it decides the stores).
  */
 #ifndef CHORUS_ALGO_SHM_GROUP_H
 #define CHORUS_ALGO_SHM_GROUP_H
@@ -26,12 +27,12 @@ int chorus__shm_group_ok(const chorus_task_t* t, const chorus_sched_t* s);
  * pieces in its slot (ARRIVED), then combines its own from its send buffer and every other
  * member's slot, in member order after its own (DONE). */
 chorus_status_t chorus__shm_group_rs_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
-                                           const size_t* len, size_t out_bytes, chorus_shm_group_t** out);
+                                           const size_t* len, size_t touched_bytes, chorus_shm_group_t** out);
 /* Allgather: member i's piece, read from s->sendbuf + first[i] elements on member i (in place
  * when s->sendbuf == s->recvbuf), lands at the same offset of every member's s->recvbuf. Per
  * chunk: stage my piece in my slot (ARRIVED), copy the others' out (DONE). */
 chorus_status_t chorus__shm_group_ag_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
-                                           const size_t* len, size_t out_bytes, chorus_shm_group_t** out);
+                                           const size_t* len, size_t touched_bytes, chorus_shm_group_t** out);
 /* Reduce to member s->root: the s->count elements of every member's s->sendbuf are combined
  * into the root's s->recvbuf (avg divides by s->avg_divisor, 0: undivided); recvbuf is unused
  * elsewhere, and may be the root's sendbuf. Per chunk: every other member stages its chunk

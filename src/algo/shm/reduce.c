@@ -24,9 +24,10 @@ static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
 static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
   int root = t->rank == t->args.root;
+  size_t touched = root ? chorus__touched_bytes(t->args.sendbuf, bytes, t->args.recvbuf, bytes) : 0;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, root ? t->args.recvbuf : NULL, root ? bytes : 0))
-    return chorus__shm_op_init(t, 1, 1, root ? bytes : 0);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, root ? bytes : 0);
+    return chorus__shm_op_init(t, 1, 1, touched);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

@@ -33,9 +33,10 @@ static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
 
 static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
+  size_t touched = chorus__touched_bytes(t->args.sendbuf, block * (size_t)t->nranks, t->args.recvbuf, block);
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block * (size_t)t->nranks, t->args.recvbuf, block))
-    return chorus__shm_op_init(t, 1, 1, block);
-  return chorus__shm_op_init(t, t->args.count, chunk_elems(t), block);
+    return chorus__shm_op_init(t, 1, 1, touched);
+  return chorus__shm_op_init(t, t->args.count, chunk_elems(t), touched);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

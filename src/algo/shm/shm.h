@@ -70,12 +70,14 @@ static inline void chorus__shm_slice(size_t m, int n, int r, size_t* off, size_t
 
 /* Sets up an op of the host's ranks 0..n-1 (this rank is `me`), cutting `elems` elements into
  * chunks of at most chunk_elems, and reserves the chunk ids. Every rank of the host computes the
- * same chunking, so ids agree. out_bytes is the whole output of the call on this rank: from
- * CHORUS_SHM_STREAM_BYTES on (8 MiB), copies into it use streaming stores (reduce/copy.c). Such
- * a buffer does not stay cached anyway, and a plain store would first read every line it
- * writes; below it, memcpy measured faster here. */
+ * same chunking, so ids agree. touched_bytes: what the call reads and writes of the caller's
+ * buffers on this rank (chorus__touched_bytes; 0: no output there), or its whole group's when
+ * it is a fused piece. From CHORUS_SHM_STREAM_BYTES on (by default where the ranks' buffers no
+ * longer fit the last-level cache together: core/cache.c), copies into the output use streaming
+ * stores (reduce/copy.c): it does not stay cached anyway, and a plain store would first read
+ * every line it writes; below, memcpy measured faster. */
 static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, int n, int me, size_t elems,
-                                        size_t chunk_elems, size_t out_bytes, chorus_reduce_fn reduce) {
+                                        size_t chunk_elems, size_t touched_bytes, chorus_reduce_fn reduce) {
   memset(s, 0, sizeof(*s));
   s->chunk_elems = chunk_elems ? chunk_elems : 1;
   s->nchunks = chorus__div_up(elems, s->chunk_elems);
@@ -84,15 +86,16 @@ static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, in
   s->n = n;
   s->me = me;
   size_t stream_from = chorus__conn_shm_stream_bytes(t);
-  s->stream_out = stream_from && out_bytes >= stream_from;
+  if (touched_bytes && t->group_bytes > touched_bytes) touched_bytes = t->group_bytes;
+  s->stream_out = stream_from && touched_bytes >= stream_from;
 }
 
 /* The op of a one-host communicator's call (local indexes are ranks), kept in the task. */
 static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems, size_t chunk_elems,
-                                                  size_t out_bytes) {
+                                                  size_t touched_bytes) {
   _Static_assert(sizeof(chorus_shm_op_t) <= sizeof(t->state_space), "shm op state fits in the task");
   chorus_shm_op_t* s = (chorus_shm_op_t*)t->state_space;
-  chorus__shm_op_setup(t, s, t->nranks, t->rank, elems, chunk_elems, out_bytes,
+  chorus__shm_op_setup(t, s, t->nranks, t->rank, elems, chunk_elems, touched_bytes,
                        chorus__algo_reduce_fn(t->args.dtype, t->args.op));
   t->state = s;
   return CHORUS_OK;
