@@ -94,7 +94,7 @@ static size_t fused_bytes(const chorus_task_t* t) {
   return t->args.coll == CH_COLL_ALLGATHER ? b * (size_t)t->nranks : b;
 }
 
-/* Bytes of the caller's buffers a call reads and writes (algo/common.h). */
+/* Bytes of the caller's buffers a call reads and writes (task.h). */
 static size_t touched_by(const chorus_task_t* t) {
   size_t b = t->args.count * t->dtype_size;
   return chorus__touched_bytes(t->args.sendbuf, b, t->args.recvbuf, fused_bytes(t));
