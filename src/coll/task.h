@@ -179,8 +179,9 @@ typedef struct chorus_task {
   const chorus_seg_t* segs;
   size_t nsegs;
   /* A fused group operation: the bytes of the caller's buffers that every call of its kind in
-   * the group touches, in all the pieces (coll/group.c). Its algorithm judges by them whether
-   * the outputs stay cached, as they are all written together (0: not fused). */
+   * the group touches, in all the pieces (coll/group.c). An algorithm that writes the members
+   * where they are (segs) judges by them whether the outputs stay cached, as they are all
+   * written together (0: not fused). */
   size_t group_bytes;
   void (*on_start)(struct chorus_task* t);
   void (*on_done)(struct chorus_task* t, chorus_status_t st);
@@ -215,12 +216,15 @@ static inline int32_t chorus__task_root_word(const chorus_task_t* t) {
 }
 
 /* Bytes of the caller's buffers one rank reads and writes over a call: in_bytes from in and
- * out_bytes into out, counted once where they overlap (in place). Whether they can stay in
- * the caches decides how the memory-semantics collectives store (algo/shm/shm.h). */
+ * out_bytes into out, counted once where they overlap (in place: the span of both, whichever
+ * holds the other). Whether they can stay in the caches decides how the memory-semantics
+ * collectives store (algo/shm/shm.h). */
 static inline size_t chorus__touched_bytes(const void* in, size_t in_bytes, const void* out, size_t out_bytes) {
   uintptr_t i = (uintptr_t)in, o = (uintptr_t)out;
-  int overlap = in && out && i < o + out_bytes && o < i + in_bytes;
-  return out_bytes + (in && !overlap ? in_bytes : 0);
+  if (!in) return out_bytes;
+  if (!out || i >= o + out_bytes || o >= i + in_bytes) return out_bytes + in_bytes;
+  uintptr_t lo = i < o ? i : o, hi = i + in_bytes > o + out_bytes ? i + in_bytes : o + out_bytes;
+  return (size_t)(hi - lo);
 }
 
 #endif /* CHORUS_TASK_H */

@@ -34,7 +34,7 @@ static int read_attr(int index, const char* name, char* buf, size_t len) {
   if (!f) return 0;
   int ok = fgets(buf, (int)len, f) != NULL;
   fclose(f);
-  buf[strcspn(buf, "\n")] = '\0';
+  if (ok) buf[strcspn(buf, "\n")] = '\0';
   return ok;
 }
 
@@ -69,7 +69,7 @@ size_t chorus__llc_bytes(void) {
   size_t size = 0;
   int shared = 1;
   for (int i = 0; i < 16; i++) {
-    char level[16], type[32], sz[32], cpus[256];
+    char level[16], type[32], sz[32], cpus[8192]; /* "0,2,4,...": interleaved lists run long */
     if (!read_attr(i, "level", level, sizeof(level)) || !read_attr(i, "type", type, sizeof(type))) continue;
     if (strcmp(type, "Instruction") == 0 || atoi(level) <= best_level) continue;
     if (!read_attr(i, "size", sz, sizeof(sz)) || parse_size(sz) == 0) continue;

@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-/* All of the machine's last-level cache in bytes (one instance times the instances the online
- * CPUs have: /sys, else sysconf); 0 when unknown. */
+/* All of the machine's last-level cache in bytes: from /sys, one instance times the instances
+ * the online CPUs have; else sysconf's L3 (one instance); 0 when unknown. */
 size_t chorus__llc_bytes(void);
 
 /* From how many bytes of the caller's buffers a call reads and writes on a rank (input and

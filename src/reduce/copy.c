@@ -5,7 +5,7 @@
  * copying into a cold buffer moves each destination byte across the memory bus twice; streaming
  * stores write whole lines without reading them. glibc's memcpy streams only for one call
  * larger than a share of the last-level cache, and the shm algorithms copy a slot (1 MiB) at a
- * time, so they decide for themselves from the size of the whole output. On this project's
+ * time, so they decide for themselves from what the whole call touches (core/cache.c). On this project's
  * machines, copying 1 MiB chunks into a 16-256 MiB buffer ran at 6 GB/s with memcpy and 12-18 GB/s
  * streaming; into 4-8 MiB, memcpy was faster (the buffer stays in cache).
  */

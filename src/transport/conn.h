@@ -87,7 +87,8 @@ int chorus__conn_shm_host(const chorus_task_t* t, int* nlocal, int* me);
 chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int local);
 char* chorus__conn_shm_slot(const chorus_task_t* t, int local, int which);
 size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t);
-/* CHORUS_SHM_STREAM_BYTES: outputs from this size on bypass the cache (0: never). */
+/* CHORUS_SHM_STREAM_BYTES, resolved: calls touching this many bytes of a rank's buffers or more
+ * write their output past the cache (0: never). */
 size_t chorus__conn_shm_stream_bytes(const chorus_task_t* t);
 /* Reserves n consecutive ids; returns the one before the first (ids are base+1 .. base+n). */
 uint64_t chorus__conn_shm_next_ids(chorus_task_t* t, uint64_t n);

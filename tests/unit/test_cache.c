@@ -1,9 +1,11 @@
 /*
  * test_cache.c - the streaming-store threshold (core/cache): the rule's figures for the
  * layouts it was measured on, the clamp and the unknown-cache default, checked against values
- * worked out by hand; and the last-level cache read from this machine's /sys.
+ * worked out by hand; the last-level cache read from this machine's /sys; and the bytes a call
+ * touches (coll/task.h), overlapping buffers counted once.
  */
 #include "core/cache.h"
+#include "coll/task.h"
 
 #include <unistd.h>
 
@@ -32,4 +34,17 @@ TEST(llc_from_sys) {
   /* Where /sys describes cpu0's caches, the last level is found and is at least 64 KiB. */
   if (access("/sys/devices/system/cpu/cpu0/cache/index0/size", R_OK) != 0) return;
   ASSERT_TRUE(chorus__llc_bytes() >= 64u * 1024u);
+}
+
+TEST(touched_bytes_counts_overlap_once) {
+  static char buf[4096];
+  /* Apart: both. In place (same start): the larger. An output inside the input (in-place
+   * reduce_scatter: rank 2's block of 4) and an input inside the output (in-place allgather):
+   * the span of both, that is the enclosing buffer. No input: the output alone. */
+  ASSERT_EQ(chorus__touched_bytes(buf, 1000, buf + 2000, 1000), 2000u);
+  ASSERT_EQ(chorus__touched_bytes(buf, 1000, buf, 1000), 1000u);
+  ASSERT_EQ(chorus__touched_bytes(buf, 4000, buf + 2000, 1000), 4000u);
+  ASSERT_EQ(chorus__touched_bytes(buf + 1000, 1000, buf, 4000), 4000u);
+  ASSERT_EQ(chorus__touched_bytes(NULL, 1000, buf, 3000), 3000u);
+  ASSERT_EQ(chorus__touched_bytes(buf, 1000, NULL, 0), 1000u);
 }

@@ -28,7 +28,7 @@ typedef struct {
   size_t chunk_elems; /* elements per chunk (per block for the blocked collectives) */
   size_t k;           /* the chunk in progress */
   int stage;
-  int stream_out;     /* copies into the caller's output bypass the cache (see shm_op_init) */
+  int stream_out;     /* copies into the caller's output bypass the cache (see shm_op_setup) */
   int n, me;          /* the ranks of the host taking part (local indexes 0..n-1), and mine */
   chorus_reduce_fn reduce;
 } chorus_shm_op_t;
@@ -86,7 +86,9 @@ static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, in
   s->n = n;
   s->me = me;
   size_t stream_from = chorus__conn_shm_stream_bytes(t);
-  if (touched_bytes && t->group_bytes > touched_bytes) touched_bytes = t->group_bytes;
+  /* A fused piece that writes its members where they are (t->segs) writes with its whole group; a
+   * packed one writes a pack that is read back at once. */
+  if (touched_bytes && t->segs && t->group_bytes > touched_bytes) touched_bytes = t->group_bytes;
   s->stream_out = stream_from && touched_bytes >= stream_from;
 }
 
