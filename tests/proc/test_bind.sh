@@ -2,7 +2,8 @@
 # test_bind.sh CHORUS_RUN - --bind: with no more ranks than usable CPUs each rank is pinned to a
 # CPU of its own (by default and with --bind core); a multiple of the CPUs is pinned round robin
 # by default; other oversubscribed counts are left free by default; --bind none never pins;
-# --bind core pins any count, round robin.
+# --bind core pins any count, round robin; the nodes of a multi-node job on one machine
+# spread over its CPUs.
 source "$(dirname "$0")/lib.sh"
 RUN=${1:?usage: test_bind.sh CHORUS_RUN}
 
@@ -47,6 +48,17 @@ done
 forced=$(cpus_of "$over" --bind core)
 [ "$(echo "$forced" | head -n 1)" = "$(echo "$forced" | tail -n 1)" ] ||
   fail "--bind core, $over ranks: rank $NCPUS should share rank 0's CPU: $forced"
+
+# Several nodes on one machine spread out: node I's local rank l takes the CPU that job rank
+# I*N + l would take on one node (node 1 of 2 x 1 rank is not on node 0's CPU).
+if [ "$NCPUS" -gt 1 ]; then
+  dir="$TMP/nodes"
+  mkdir -p "$dir"
+  timeout 20 "$RUN" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 -n 1 -x OUT="$dir" "$SHOW" ||
+    fail "chorus-run --nnodes 2 --node-rank 1 exited $?"
+  [ "$(cat "$dir/cpus.1")" = "$(echo "$fits" | sed -n 2p)" ] ||
+    fail "node 1 of 2 x 1 rank: pinned to $(cat "$dir/cpus.1"), not the second CPU of $(echo $fits)"
+fi
 
 "$RUN" --bind sometimes -n 1 true 2>"$TMP/err" && fail "--bind sometimes was accepted"
 grep -q "core or none" "$TMP/err" || fail "--bind sometimes: unclear message: $(cat "$TMP/err")"
