@@ -229,6 +229,10 @@ if [ $line_rate = 1 ]; then
       log=$out/raw/line.$c.rep$rep.log
       case $c in
         iperf3_* | iperf3bidir_*)
+          if ! command -v iperf3 >/dev/null; then
+            echo "rep $rep $c: skipped (iperf3 is not installed)" >&2
+            continue
+          fi
           ip netns exec "${NS[0]}" timeout -k 2 60 iperf3 -s -1 -p 5201 >"$log.server" 2>&1 &
           spid=$!
           sleep 0.5
@@ -265,7 +269,8 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
       awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" 'BEGIN {
         name = c; sub("iperf3bidir_", "iperf3 --bidir (each direction), streams ", name); sub("iperf3_", "iperf3, streams ", name)
         sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
-        printf "| %s | %.2f | %.2fx | %.2fx | %.2fx |\n", name, m, a, d, e }'
+        printf "| %s | %.2f | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e) }
+        function ratio(r) { return r == "" ? "-" : sprintf("%.2fx", r) }'
     done
   } >"$out/table.md"
   exit 0
