@@ -85,7 +85,24 @@ typedef struct chorus_cost_ctx_s {
    * core, which costs about a message between hosts (tune.c). 0 otherwise. */
   double machine_oversub;
   double handover_us;
+  /* Latency-bound calls, of at most spin_bytes (the vector's bytes; 0: none), see other
+   * figures (tune.c): their waits spin, so a hand-over costs the rank waited for a turn on the
+   * core (handover_spin_us); and messages that all leave at once queue for shared cores instead
+   * of overlapping transfers (spread_alpha_small_us). */
+  double spin_bytes;
+  double handover_spin_us;
+  double spread_alpha_small_us;
 } chorus_cost_ctx_t;
+
+/* The figures a call of `bytes` sees: cx itself, or its latency-bound view. Idempotent. */
+static inline chorus_cost_ctx_t chorus__cost_for_call(const chorus_cost_ctx_t* cx, double bytes) {
+  chorus_cost_ctx_t call = *cx;
+  if (bytes <= cx->spin_bytes) {
+    call.handover_us = cx->handover_spin_us;
+    call.spread.alpha_us = cx->spread_alpha_small_us;
+  }
+  return call;
+}
 
 /* What packing costs a fused group operation (task.segs) whose algorithm does not take its
  * members where they are: they are copied into one vector before it starts and out of it after

@@ -54,6 +54,7 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
   }
   const chorus_algo_t* best = NULL;
   double best_us = DBL_MAX;
+  chorus_cost_ctx_t cx = chorus__cost_for_call(&comm->cost, (double)bytes);
   /* The candidates and their predictions, for the debug log (built only when it is on). */
   int log_on = CH_LOG_ON(CH_LOG_DEBUG, CH_SUB(TUNE));
   char cands[512];
@@ -63,8 +64,8 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
     const chorus_algo_t* a = chorus__algos[i];
     if (a->coll != coll || (a->supported && !a->supported(t))) continue;
     if (t->codec.kind != CHORUS_CODEC_NONE && !a->compresses) continue;
-    double us = a->cost_us ? a->cost_us(t, &comm->cost) : 0.0;
-    if (!a->takes_segments && us < DBL_MAX) us += chorus__algo_packing_us(t, &comm->cost);
+    double us = a->cost_us ? a->cost_us(t, &cx) : 0.0;
+    if (!a->takes_segments && us < DBL_MAX) us += chorus__algo_packing_us(t, &cx);
     if (us < best_us) {
       best = a;
       best_us = us;

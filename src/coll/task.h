@@ -196,6 +196,7 @@ typedef struct chorus_task {
   uint64_t start_ns;         /* when the algorithm started */
   uint64_t last_progress_ns; /* last time any of its transfers moved */
   int blocking;              /* posted by a blocking call */
+  int spins_long;            /* of at most cost->spin_bytes: its waits poll comm->spin_small_us */
   int caller_drives;         /* posted by chorus_group_end, whose caller drives it: the
                                 background thread is not woken for it */
   int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */

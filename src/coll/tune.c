@@ -19,6 +19,9 @@
 #include "core/log.h"
 #include "core/param.h"
 
+#define SPIN_INTER_ALPHAS 4
+#define SPIN_MAX_US 1000
+
 #define PROBE_SMALL_REPS 16
 #define PROBE_BIG_REPS 3
 /* Inside a host 256 KiB is plenty; between hosts a shorter message passes a token-bucket
@@ -173,15 +176,47 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTRA, "CHORUS_LINK_INTRA", &comm->cost.intra);
   if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTER, "CHORUS_LINK_INTER", &comm->cost.inter);
   if (st < 0) return st;
-  comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
-  comm->cost.spread = comm->cost.flat;
-  /* Hosts whose ranks share cores (more ranks than CPUs on one machine): every wait for another
-   * rank is a scheduling round; the inter-host alpha, a message that wakes its receiver, prices
-   * it. One host keeps its own figures (the shared-memory prices were measured that way). */
-  comm->cost.handover_us = comm->topo.nhosts > 1 && comm->cost.machine_oversub > 1.0 ? comm->cost.inter.alpha_us : 0.0;
-  if (comm->topo.nhosts > 1 && comm->topo.max_local > 1) comm->cost.spread.bytes_per_us /= comm->topo.max_local;
-  CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us", source,
-          comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us, comm->cost.inter.alpha_us,
-          comm->cost.inter.bytes_per_us);
+  chorus__tune_derive(&comm->cost, comm->spin_by_link);
+  comm->spin_small_us = comm->spin_by_link ? chorus__tune_spin_us(&comm->cost) : comm->spin_us;
+  CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us; waits spin %d us, "
+          "%d us for calls of up to %.0f bytes", source, comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us,
+          comm->cost.inter.alpha_us, comm->cost.inter.bytes_per_us, comm->spin_us, comm->spin_small_us,
+          comm->cost.spin_bytes);
   return CHORUS_OK;
+}
+
+void chorus__tune_derive(chorus_cost_ctx_t* cx, int spin_by_link) {
+  int L = cx->max_local > 1 ? cx->max_local : 1;
+  int shared_cores = cx->nhosts > 1 && cx->machine_oversub > 1.0;
+  cx->flat = cx->nhosts > 1 ? cx->inter : cx->intra;
+  cx->spread = cx->flat;
+  /* Across hosts, latency-bound calls spin through their waits (chorus__tune_spin_us): those
+   * whose bytes one link carries within a message's start-up. Larger ones wait longer than any
+   * spin and sleep after the one-host spin, leaving the cores to the ranks (and the kernel's
+   * network work) that have something to do: the host leader's 64 KiB allreduce took 1.0-1.2 ms
+   * with 240 us of spinning against 0.66-0.84 ms with 50, on 4 emulated hosts x 2 ranks. */
+  cx->spin_bytes = spin_by_link && cx->nhosts > 1 ? cx->inter.alpha_us * cx->inter.bytes_per_us : 0.0;
+  /* Hosts whose ranks share cores (more ranks than CPUs on one machine): every wait for another
+   * rank waits for that rank's turn on a core. A sleeping waiter pays a wake-up, priced as the
+   * inter-host alpha (a message that wakes its receiver); a spinning one pays the turn, a pass
+   * and a yield of each of the core's other ranks: 4 stages of a 4 KiB allreduce by a host
+   * leader took about 50 us on 4 emulated hosts x 2 ranks on 2 CPUs. One host keeps its own
+   * figures (the shared-memory prices were measured that way). */
+  cx->handover_us = shared_cores ? cx->inter.alpha_us : 0.0;
+  cx->handover_spin_us = shared_cores ? cx->machine_oversub * CHORUS_CORE_TURN_US : 0.0;
+  if (cx->nhosts > 1 && L > 1) cx->spread.bytes_per_us /= L;
+  /* The small messages of all L ranks of a host, sent at once on shared cores, queue for them:
+   * each beyond the first adds the kernel's half of an exchange. Recursive doubling at 4 KiB took
+   * about 1.4 inter-host alphas a round on 4 emulated hosts x 2 ranks, the host leader's
+   * exchanges 1.0. Larger calls overlap their messages' start-ups with transfers. */
+  cx->spread_alpha_small_us = cx->spread.alpha_us * (shared_cores ? 1.0 + 0.5 * (L - 1) : 1.0);
+}
+
+int chorus__tune_spin_us(const chorus_cost_ctx_t* cx) {
+  if (cx->nhosts <= 1) return CHORUS_SPIN_ONE_HOST_US;
+  /* A small exchange across hosts takes a few inter-host alphas; a waiter that sleeps sooner
+   * pays a wake-up on top (a halted virtual CPU's, here). 4 KiB allreduce on 4 emulated hosts x
+   * 2 ranks, host leader: 350-420 us with 50 us of spinning, 180-230 with 200-3000. */
+  double us = SPIN_INTER_ALPHAS * cx->inter.alpha_us;
+  return us < CHORUS_SPIN_ONE_HOST_US ? CHORUS_SPIN_ONE_HOST_US : us > SPIN_MAX_US ? SPIN_MAX_US : (int)us;
 }

@@ -18,4 +18,16 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store);
 chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes,
                                      chorus_link_model_t* out);
 
+/* What one rank's turn on a core costs another rank that waits for it while both spin. */
+#define CHORUS_CORE_TURN_US 3.0
+
+/* The figures the model derives from the links and the shape (cx's links, nhosts, max_local,
+ * machine_oversub set): flat, spread, the hand-overs and spin_bytes (0 unless spin_by_link,
+ * CHORUS_SPIN_US=-1). */
+void chorus__tune_derive(chorus_cost_ctx_t* cx, int spin_by_link);
+
+/* CHORUS_SPIN_US=-1: how long a waiting thread of a call of at most cx->spin_bytes polls
+ * before it sleeps (others: CHORUS_SPIN_ONE_HOST_US). */
+int chorus__tune_spin_us(const chorus_cost_ctx_t* cx);
+
 #endif /* CHORUS_COLL_TUNE_H */

@@ -172,7 +172,8 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->connect_timeout_sec = (int)v[1];
   comm->retry_count = (int)v[2];
   comm->nsocks = (int)v[3];
-  comm->spin_us = (int)v[4];
+  comm->spin_by_link = v[4] < 0;
+  comm->spin_us = comm->spin_small_us = v[4] < 0 ? CHORUS_SPIN_ONE_HOST_US : (int)v[4];
   comm->chunk_bytes = ((size_t)v[5] + 63) & ~(size_t)63;
   comm->shm_enabled = !v[6];
   comm->shm_ring_bytes = ((size_t)v[7] + 63) & ~(size_t)63;

@@ -16,6 +16,10 @@
 #include "core/trace.h"
 #include "transport/transport.h"
 
+/* What a waiting thread polls before it sleeps on one host (CHORUS_SPIN_US=-1): a peer on
+ * another core answers within microseconds, one that computes takes far longer. */
+#define CHORUS_SPIN_ONE_HOST_US 50
+
 struct chorus_req {
   chorus_task_t task; /* a request is its task; freed when both the user and the engine are done */
   int user_released;  /* chorus_req_free was called */
@@ -38,7 +42,9 @@ struct chorus_comm {
   int connect_timeout_sec;
   int retry_count;
   int nsocks;
-  int spin_us;
+  int spin_us;       /* how long waits poll before they sleep: CHORUS_SPIN_US, resolved */
+  int spin_small_us; /* the same for calls of at most cost.spin_bytes (tune.c) */
+  int spin_by_link;  /* CHORUS_SPIN_US=-1: tune.c derives spin_small_us from the links */
   int oversubscribed; /* more ranks on this host than online CPUs: waiters yield at once */
   size_t chunk_bytes;
   int shm_enabled;

@@ -6,7 +6,8 @@
  * collective: a receive never waits behind a send. Exactly one thread at a time holds the right to
  * drive progress: a blocking caller drives its own call inline (no hand-off on the latency
  * path); the background thread drives non-blocking work when nobody else does. A driver spins
- * for CHORUS_SPIN_US, then sleeps in epoll, so oversubscribed ranks do not burn cores.
+ * for CHORUS_SPIN_US (across hosts, longer for a small call: tune.c), then sleeps in epoll, so
+ * oversubscribed ranks do not burn cores.
  */
 #include <errno.h>
 #include <sched.h>
@@ -389,6 +390,7 @@ typedef struct {
  * held and the driving role taken; mu is released while sleeping. */
 static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now) {
   spin_t spin = {0};
+  uint64_t spin_ns = (uint64_t)(target && target->spins_long ? comm->spin_small_us : comm->spin_us) * 1000ull;
   while (target_pending(comm, target)) {
     if (__atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE) && engine_busy(comm)) {
       chorus__comm_set_error(comm, "communicator aborted by chorus_comm_abort on rank %d", comm->rank);
@@ -416,7 +418,7 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
       continue;
     }
     if (!spin.start) spin.start = now;
-    if (now - spin.start >= (uint64_t)comm->spin_us * 1000ull) {
+    if (now - spin.start >= spin_ns) {
       /* Sleep. Arm the doorbell first and look once more: a peer that publishes after this
        * look rings a doorbell whose value was already read, so the sleep returns at once
        * instead of losing the wake-up. */

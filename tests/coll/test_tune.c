@@ -1,13 +1,16 @@
 /*
  * test_tune.c - the cost model's link figures (coll/tune.c): defaults with CHORUS_TUNE=0, a
  * file, the CHORUS_LINK_* variables over both, the probe on emulated hosts (positive figures,
- * bitwise the same on every rank, so every rank selects alike), and clear errors for a missing
- * file, a malformed line and a malformed variable.
+ * bitwise the same on every rank, so every rank selects alike), clear errors for a missing
+ * file, a malformed line and a malformed variable; and what the model derives from the links
+ * (spread, hand-overs, the latency-bound calls' spin and view) against hand-worked figures.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "coll/tune.h"
 #include "core/comm.h"
 #include "ranks.h"
 #include "test.h"
@@ -102,4 +105,87 @@ TEST(bad_settings_are_refused) {
   expect_refused("CHORUS_TUNE", "/nonexistent/tune-file");
   expect_refused("CHORUS_LINK_INTRA", "fast");
   expect_refused("CHORUS_LINK_INTER", "10,0");
+}
+
+/* 4 emulated hosts x 2 ranks on one 2-CPU machine: inter 60 us + 250 B/us. */
+static chorus_cost_ctx_t cluster_ctx(double oversub) {
+  chorus_cost_ctx_t cx = {0};
+  cx.intra = (chorus_link_model_t){1.0, 1500.0};
+  cx.inter = (chorus_link_model_t){60.0, 250.0};
+  cx.nhosts = 4;
+  cx.max_local = 2;
+  cx.uniform = 1;
+  cx.machine_oversub = oversub;
+  return cx;
+}
+
+TEST(derived_figures_on_shared_cores) {
+  chorus_cost_ctx_t cx = cluster_ctx(4.0);
+  chorus__tune_derive(&cx, 1);
+  ASSERT_TRUE(cx.flat.alpha_us == 60.0 && cx.flat.bytes_per_us == 250.0);
+  ASSERT_TRUE(cx.spread.alpha_us == 60.0 && cx.spread.bytes_per_us == 125.0); /* 2 ranks share a link */
+  ASSERT_TRUE(cx.spread_alpha_small_us == 90.0);                            /* 1 + (2 - 1) / 2 alphas */
+  ASSERT_TRUE(cx.handover_us == 60.0);                                      /* a wake-up */
+  ASSERT_TRUE(cx.handover_spin_us == 4.0 * CHORUS_CORE_TURN_US);            /* 3 others' turns + its own */
+  ASSERT_TRUE(cx.spin_bytes == 60.0 * 250.0);                               /* one alpha of the link */
+  ASSERT_EQ(chorus__tune_spin_us(&cx), 240);
+
+  chorus_cost_ctx_t small = chorus__cost_for_call(&cx, 15000.0), big = chorus__cost_for_call(&cx, 15001.0);
+  ASSERT_TRUE(small.handover_us == cx.handover_spin_us && small.spread.alpha_us == 90.0);
+  ASSERT_TRUE(small.spread.bytes_per_us == 125.0 && small.inter.alpha_us == 60.0);
+  ASSERT_TRUE(big.handover_us == 60.0 && big.spread.alpha_us == 60.0);
+  chorus_cost_ctx_t twice = chorus__cost_for_call(&small, 15000.0); /* hier's plan applies it again */
+  ASSERT_TRUE(memcmp(&twice, &small, sizeof(small)) == 0);
+}
+
+TEST(derived_figures_elsewhere) {
+  /* An explicit CHORUS_SPIN_US: no call is priced as spinning. */
+  chorus_cost_ctx_t cx = cluster_ctx(4.0);
+  chorus__tune_derive(&cx, 0);
+  ASSERT_TRUE(cx.spin_bytes == 0.0);
+  chorus_cost_ctx_t call = chorus__cost_for_call(&cx, 8.0);
+  ASSERT_TRUE(call.handover_us == 60.0 && call.spread.alpha_us == 60.0);
+  /* Hosts with cores of their own: nothing queues, nothing waits for a core. */
+  cx = cluster_ctx(0.5);
+  chorus__tune_derive(&cx, 1);
+  ASSERT_TRUE(cx.handover_us == 0.0 && cx.handover_spin_us == 0.0 && cx.spread_alpha_small_us == 60.0);
+  ASSERT_TRUE(cx.spin_bytes == 15000.0);
+  /* One host: its own link everywhere, the one-host spin. */
+  cx = cluster_ctx(4.0);
+  cx.nhosts = 1;
+  chorus__tune_derive(&cx, 1);
+  ASSERT_TRUE(cx.flat.alpha_us == 1.0 && cx.spread.alpha_us == 1.0 && cx.spread.bytes_per_us == 1500.0);
+  ASSERT_TRUE(cx.handover_us == 0.0 && cx.spin_bytes == 0.0);
+  ASSERT_EQ(chorus__tune_spin_us(&cx), CHORUS_SPIN_ONE_HOST_US);
+  /* The spin stays within 50 us .. 1 ms whatever the link. */
+  cx = cluster_ctx(4.0);
+  cx.inter.alpha_us = 5.0;
+  ASSERT_EQ(chorus__tune_spin_us(&cx), CHORUS_SPIN_ONE_HOST_US);
+  cx.inter.alpha_us = 400.0;
+  ASSERT_EQ(chorus__tune_spin_us(&cx), 1000);
+}
+
+static int check_spin(chorus_comm_t* comm, int rank, void* arg) {
+  (void)rank;
+  int explicit_us = *(const int*)arg;
+  if (explicit_us) {
+    ASSERT_TRUE(comm->spin_us == explicit_us && comm->spin_small_us == explicit_us && comm->cost.spin_bytes == 0.0);
+  } else {
+    ASSERT_EQ(comm->spin_us, CHORUS_SPIN_ONE_HOST_US);
+    ASSERT_EQ(comm->spin_small_us, chorus__tune_spin_us(&comm->cost));
+    ASSERT_TRUE(comm->cost.spin_bytes == comm->cost.inter.alpha_us * comm->cost.inter.bytes_per_us);
+  }
+  return 0;
+}
+
+TEST(spin_follows_the_links_unless_set) {
+  setenv("CHORUS_TUNE", "0", 1); /* defaults: inter 50 us -> 200 us of spinning for small calls */
+  ranks_set_hosts(4, kTwoHosts);
+  int by_link = 0, explicit_us = 120;
+  ASSERT_EQ(run_ranks(4, check_spin, &by_link), 0);
+  setenv("CHORUS_SPIN_US", "120", 1);
+  ASSERT_EQ(run_ranks(4, check_spin, &explicit_us), 0);
+  unsetenv("CHORUS_SPIN_US");
+  ranks_set_hosts(0, NULL);
+  unsetenv("CHORUS_TUNE");
 }

@@ -150,12 +150,15 @@ static void hier_fini(chorus_task_t* t) {
 }
 
 /* What one rail sees of the inter-host link: the L rails of a host cross it at once, so each
- * gets 1/L of its bandwidth (one network interface per host). Their latencies overlap: pricing
- * a rail's alpha at L times the link's (the host's one network stack) made the leader mode win
- * from 256 KiB to 4 MiB on 4 emulated hosts, where it took 1.2-1.4x the rails' time. */
-static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx) {
+ * gets 1/L of its bandwidth (one network interface per host). Over a pipeline of chunks their
+ * latencies overlap: pricing a rail's alpha at L times the link's (the host's one network stack)
+ * made the leader mode win from 256 KiB to 4 MiB on 4 emulated hosts, where it took 1.2-1.4x the
+ * rails' time. A latency-bound call's single chunk overlaps nothing: its messages leave
+ * together and queue like any flat algorithm's whose every rank crosses (cx->spread, which
+ * chorus__cost_for_call gave the queueing alpha). */
+static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx, double chunks) {
   int L = cx->max_local > 0 ? cx->max_local : 1;
-  return (chorus_link_model_t){cx->inter.alpha_us, cx->inter.bytes_per_us / L};
+  return (chorus_link_model_t){chunks > 1.0 ? cx->inter.alpha_us : cx->spread.alpha_us, cx->inter.bytes_per_us / L};
 }
 
 /* The inter-host engine for `bytes` over H members on `link`: forced by name, else the
@@ -194,9 +197,11 @@ typedef struct {
  * from chunk to chunk: T = intra + inter + (C - 1) max(intra, inter). Rails carry S/L each on
  * 1/L of the link; the leader carries S on all of it, after a reduce that reads L S. A forced
  * engine (hier/ring, hier/rhd, hier/rd) means rails; hier/leader the leader. */
-static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  int L = cx->max_local > 0 ? cx->max_local : 1;
+static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* comm_cx) {
   double bytes = (double)t->args.count * (double)t->dtype_size;
+  chorus_cost_ctx_t call_cx = chorus__cost_for_call(comm_cx, bytes); /* init passes the communicator's */
+  const chorus_cost_ctx_t* cx = &call_cx;
+  int L = cx->max_local > 0 ? cx->max_local : 1;
   size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
   double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, S = bytes / chunks;
   size_t slot = chorus__conn_shm_slot_bytes(t), S_bytes = (size_t)S;
@@ -205,7 +210,7 @@ static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   hier_plan_t best = {0, NULL, DBL_MAX};
   for (int leader = 0; leader < 2; leader++) {
     if (sub && (strcmp(sub, LEADER) == 0) != leader) continue;
-    chorus_link_model_t link = leader ? cx->inter : rail_link(cx);
+    chorus_link_model_t link = leader ? cx->inter : rail_link(cx, chunks);
     double inter = 0.0;
     size_t sub_chunks = chorus__div_up(S_bytes, slot), ag_chunks = chorus__div_up(S_bytes / (size_t)L, slot);
     const chorus_ar_engine_t* eng = pick_engine(t, cx, &link, leader ? S : S / L, &inter);
