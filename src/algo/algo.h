@@ -84,20 +84,26 @@ typedef struct chorus_cost_ctx_s {
    * for another costs when that is over 1 across hosts: the waited-for rank must first get a
    * core, which costs about a message between hosts (tune.c). 0 otherwise. */
   double machine_oversub;
-  double handover_us;
-  /* Latency-bound calls, of at most spin_bytes (the vector's bytes; 0: none), see other
-   * figures (tune.c): their waits spin, so a hand-over costs the rank waited for a turn on the
-   * core (handover_spin_us); and messages that all leave at once queue for shared cores instead
-   * of overlapping transfers (spread_alpha_small_us). */
+  double handover_us; /* a latency-bound call's view replaces it (chorus__cost_for_call) */
+  /* Latency-bound calls, of at most spin_bytes (the vector's bytes, count x dtype size; 0: no
+   * call is), see other figures (tune.c): their waits spin, so a hand-over costs the rank waited
+   * for a turn on the core (handover_spin_us, in place of handover_us); and messages that all
+   * leave at once queue for shared cores instead of overlapping transfers
+   * (spread_alpha_small_us, in place of spread.alpha_us). */
   double spin_bytes;
   double handover_spin_us;
   double spread_alpha_small_us;
 } chorus_cost_ctx_t;
 
+/* Whether a call of `bytes` is latency-bound across hosts (its waits spin: coll/api.c). */
+static inline int chorus__cost_latency_bound(const chorus_cost_ctx_t* cx, double bytes) {
+  return cx->spin_bytes > 0.0 && bytes <= cx->spin_bytes;
+}
+
 /* The figures a call of `bytes` sees: cx itself, or its latency-bound view. Idempotent. */
 static inline chorus_cost_ctx_t chorus__cost_for_call(const chorus_cost_ctx_t* cx, double bytes) {
   chorus_cost_ctx_t call = *cx;
-  if (bytes <= cx->spin_bytes) {
+  if (chorus__cost_latency_bound(cx, bytes)) {
     call.handover_us = cx->handover_spin_us;
     call.spread.alpha_us = cx->spread_alpha_small_us;
   }

@@ -51,7 +51,7 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
   t->cost = &comm->cost;
   t->dtype_size = chorus_dtype_size(a->dtype);
   t->chunk_bytes = comm->chunk_bytes;
-  t->spins_long = (double)a->count * (double)t->dtype_size <= comm->cost.spin_bytes;
+  t->spins_long = chorus__cost_latency_bound(&comm->cost, (double)a->count * (double)t->dtype_size);
   t->blocking = blocking;
   t->internal = internal;
   t->got_src = -1; /* no message matched yet */

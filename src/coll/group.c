@@ -220,6 +220,8 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
     fused->task.nsegs = f->nsegs;
   }
   fused->task.group_bytes = bucket_bytes;
+  /* The members are waited on, but they wait as long as the fused operation does. */
+  for (size_t i = 0; i < n; i++) reqs[i]->task.spins_long = fused->task.spins_long;
   fused->task.on_start = fused_start;
   fused->task.on_done = fused_done;
   fused->task.caller_drives = drives;

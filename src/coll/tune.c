@@ -176,7 +176,7 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTRA, "CHORUS_LINK_INTRA", &comm->cost.intra);
   if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTER, "CHORUS_LINK_INTER", &comm->cost.inter);
   if (st < 0) return st;
-  chorus__tune_derive(&comm->cost, comm->spin_by_link);
+  chorus__tune_derive(&comm->cost);
   comm->spin_small_us = comm->spin_by_link ? chorus__tune_spin_us(&comm->cost) : comm->spin_us;
   CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us; waits spin %d us, "
           "%d us for calls of up to %.0f bytes", source, comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us,
@@ -185,7 +185,7 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   return CHORUS_OK;
 }
 
-void chorus__tune_derive(chorus_cost_ctx_t* cx, int spin_by_link) {
+void chorus__tune_derive(chorus_cost_ctx_t* cx) {
   int L = cx->max_local > 1 ? cx->max_local : 1;
   int shared_cores = cx->nhosts > 1 && cx->machine_oversub > 1.0;
   cx->flat = cx->nhosts > 1 ? cx->inter : cx->intra;
@@ -194,8 +194,11 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx, int spin_by_link) {
    * whose bytes one link carries within a message's start-up. Larger ones wait longer than any
    * spin and sleep after the one-host spin, leaving the cores to the ranks (and the kernel's
    * network work) that have something to do: the host leader's 64 KiB allreduce took 1.0-1.2 ms
-   * with 240 us of spinning against 0.66-0.84 ms with 50, on 4 emulated hosts x 2 ranks. */
-  cx->spin_bytes = spin_by_link && cx->nhosts > 1 ? cx->inter.alpha_us * cx->inter.bytes_per_us : 0.0;
+   * with 240 us of spinning against 0.66-0.84 ms with 50, on 4 emulated hosts x 2 ranks. The
+   * figure comes from the links alone, which every rank shares, never from CHORUS_SPIN_US: it
+   * prices calls, and ranks that priced alike select alike (an explicit spin only changes how
+   * long this rank polls). */
+  cx->spin_bytes = cx->nhosts > 1 ? cx->inter.alpha_us * cx->inter.bytes_per_us : 0.0;
   /* Hosts whose ranks share cores (more ranks than CPUs on one machine): every wait for another
    * rank waits for that rank's turn on a core. A sleeping waiter pays a wake-up, priced as the
    * inter-host alpha (a message that wakes its receiver); a spinning one pays the turn, a pass
@@ -216,7 +219,7 @@ int chorus__tune_spin_us(const chorus_cost_ctx_t* cx) {
   if (cx->nhosts <= 1) return CHORUS_SPIN_ONE_HOST_US;
   /* A small exchange across hosts takes a few inter-host alphas; a waiter that sleeps sooner
    * pays a wake-up on top (a halted virtual CPU's, here). 4 KiB allreduce on 4 emulated hosts x
-   * 2 ranks, host leader: 350-420 us with 50 us of spinning, 180-230 with 200-3000. */
+   * 2 ranks, host leader: 280-460 us with 50 us of spinning, 180-240 with 200-3000. */
   double us = SPIN_INTER_ALPHAS * cx->inter.alpha_us;
   return us < CHORUS_SPIN_ONE_HOST_US ? CHORUS_SPIN_ONE_HOST_US : us > SPIN_MAX_US ? SPIN_MAX_US : (int)us;
 }

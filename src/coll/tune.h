@@ -22,9 +22,8 @@ chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, si
 #define CHORUS_CORE_TURN_US 3.0
 
 /* The figures the model derives from the links and the shape (cx's links, nhosts, max_local,
- * machine_oversub set): flat, spread, the hand-overs and spin_bytes (0 unless spin_by_link,
- * CHORUS_SPIN_US=-1). */
-void chorus__tune_derive(chorus_cost_ctx_t* cx, int spin_by_link);
+ * machine_oversub set): flat, spread, the hand-overs and spin_bytes. */
+void chorus__tune_derive(chorus_cost_ctx_t* cx);
 
 /* CHORUS_SPIN_US=-1: how long a waiting thread of a call of at most cx->spin_bytes polls
  * before it sleeps (others: CHORUS_SPIN_ONE_HOST_US). */

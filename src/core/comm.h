@@ -16,7 +16,8 @@
 #include "core/trace.h"
 #include "transport/transport.h"
 
-/* What a waiting thread polls before it sleeps on one host (CHORUS_SPIN_US=-1): a peer on
+/* What a waiting thread polls before it sleeps (CHORUS_SPIN_US=-1) on one host, and across hosts
+ * in calls that are not latency-bound (tune.c); the least any wait polls then. A peer on
  * another core answers within microseconds, one that computes takes far longer. */
 #define CHORUS_SPIN_ONE_HOST_US 50
 

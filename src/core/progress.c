@@ -6,8 +6,9 @@
  * collective: a receive never waits behind a send. Exactly one thread at a time holds the right to
  * drive progress: a blocking caller drives its own call inline (no hand-off on the latency
  * path); the background thread drives non-blocking work when nobody else does. A driver spins
- * for CHORUS_SPIN_US (across hosts, longer for a small call: tune.c), then sleeps in epoll, so
- * oversubscribed ranks do not burn cores.
+ * for CHORUS_SPIN_US (across hosts, longer for a latency-bound call that its caller drives: the
+ * background thread keeps the short spin; tune.c), then sleeps in epoll, so oversubscribed ranks
+ * do not burn cores.
  */
 #include <errno.h>
 #include <sched.h>

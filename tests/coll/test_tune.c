@@ -121,7 +121,7 @@ static chorus_cost_ctx_t cluster_ctx(double oversub) {
 
 TEST(derived_figures_on_shared_cores) {
   chorus_cost_ctx_t cx = cluster_ctx(4.0);
-  chorus__tune_derive(&cx, 1);
+  chorus__tune_derive(&cx);
   ASSERT_TRUE(cx.flat.alpha_us == 60.0 && cx.flat.bytes_per_us == 250.0);
   ASSERT_TRUE(cx.spread.alpha_us == 60.0 && cx.spread.bytes_per_us == 125.0); /* 2 ranks share a link */
   ASSERT_TRUE(cx.spread_alpha_small_us == 90.0);                            /* 1 + (2 - 1) / 2 alphas */
@@ -134,29 +134,26 @@ TEST(derived_figures_on_shared_cores) {
   ASSERT_TRUE(small.handover_us == cx.handover_spin_us && small.spread.alpha_us == 90.0);
   ASSERT_TRUE(small.spread.bytes_per_us == 125.0 && small.inter.alpha_us == 60.0);
   ASSERT_TRUE(big.handover_us == 60.0 && big.spread.alpha_us == 60.0);
+  ASSERT_TRUE(chorus__cost_latency_bound(&cx, 0.0)); /* a barrier across hosts */
   chorus_cost_ctx_t twice = chorus__cost_for_call(&small, 15000.0); /* hier's plan applies it again */
-  ASSERT_TRUE(memcmp(&twice, &small, sizeof(small)) == 0);
+  ASSERT_TRUE(twice.handover_us == small.handover_us && twice.spread.alpha_us == small.spread.alpha_us);
+  ASSERT_TRUE(twice.spread.bytes_per_us == small.spread.bytes_per_us && twice.inter.alpha_us == small.inter.alpha_us);
 }
 
 TEST(derived_figures_elsewhere) {
-  /* An explicit CHORUS_SPIN_US: no call is priced as spinning. */
-  chorus_cost_ctx_t cx = cluster_ctx(4.0);
-  chorus__tune_derive(&cx, 0);
-  ASSERT_TRUE(cx.spin_bytes == 0.0);
-  chorus_cost_ctx_t call = chorus__cost_for_call(&cx, 8.0);
-  ASSERT_TRUE(call.handover_us == 60.0 && call.spread.alpha_us == 60.0);
   /* Hosts with cores of their own: nothing queues, nothing waits for a core. */
-  cx = cluster_ctx(0.5);
-  chorus__tune_derive(&cx, 1);
+  chorus_cost_ctx_t cx = cluster_ctx(0.5);
+  chorus__tune_derive(&cx);
   ASSERT_TRUE(cx.handover_us == 0.0 && cx.handover_spin_us == 0.0 && cx.spread_alpha_small_us == 60.0);
   ASSERT_TRUE(cx.spin_bytes == 15000.0);
   /* One host: its own link everywhere, the one-host spin. */
   cx = cluster_ctx(4.0);
   cx.nhosts = 1;
-  chorus__tune_derive(&cx, 1);
+  chorus__tune_derive(&cx);
   ASSERT_TRUE(cx.flat.alpha_us == 1.0 && cx.spread.alpha_us == 1.0 && cx.spread.bytes_per_us == 1500.0);
   ASSERT_TRUE(cx.handover_us == 0.0 && cx.spin_bytes == 0.0);
   ASSERT_EQ(chorus__tune_spin_us(&cx), CHORUS_SPIN_ONE_HOST_US);
+  ASSERT_TRUE(!chorus__cost_latency_bound(&cx, 0.0)); /* not even a barrier: no call is */
   /* The spin stays within 50 us .. 1 ms whatever the link. */
   cx = cluster_ctx(4.0);
   cx.inter.alpha_us = 5.0;
@@ -165,21 +162,28 @@ TEST(derived_figures_elsewhere) {
   ASSERT_EQ(chorus__tune_spin_us(&cx), 1000);
 }
 
+/* Built-in links (CHORUS_TUNE=0): inter 50 us + 1000 B/us, so latency-bound calls are those of
+ * at most 50000 bytes, and they spin 200 us. The pricing never depends on CHORUS_SPIN_US, which
+ * may differ from rank to rank; a split inside one host has neither. */
 static int check_spin(chorus_comm_t* comm, int rank, void* arg) {
-  (void)rank;
   int explicit_us = *(const int*)arg;
+  ASSERT_TRUE(comm->cost.spin_bytes == 50000.0);
   if (explicit_us) {
-    ASSERT_TRUE(comm->spin_us == explicit_us && comm->spin_small_us == explicit_us && comm->cost.spin_bytes == 0.0);
+    ASSERT_TRUE(comm->spin_us == explicit_us && comm->spin_small_us == explicit_us);
   } else {
-    ASSERT_EQ(comm->spin_us, CHORUS_SPIN_ONE_HOST_US);
-    ASSERT_EQ(comm->spin_small_us, chorus__tune_spin_us(&comm->cost));
-    ASSERT_TRUE(comm->cost.spin_bytes == comm->cost.inter.alpha_us * comm->cost.inter.bytes_per_us);
+    ASSERT_EQ(comm->spin_us, 50);
+    ASSERT_EQ(comm->spin_small_us, 200);
   }
+  chorus_comm_t* host = NULL;
+  ASSERT_OK(chorus_comm_split(comm, kTwoHosts[rank], rank, &host));
+  ASSERT_TRUE(host->cost.spin_bytes == 0.0);
+  ASSERT_EQ(host->spin_small_us, explicit_us ? explicit_us : 50);
+  ASSERT_OK(chorus_comm_destroy(host));
   return 0;
 }
 
 TEST(spin_follows_the_links_unless_set) {
-  setenv("CHORUS_TUNE", "0", 1); /* defaults: inter 50 us -> 200 us of spinning for small calls */
+  setenv("CHORUS_TUNE", "0", 1);
   ranks_set_hosts(4, kTwoHosts);
   int by_link = 0, explicit_us = 120;
   ASSERT_EQ(run_ranks(4, check_spin, &by_link), 0);

@@ -157,7 +157,8 @@ static void hier_fini(chorus_task_t* t) {
  * mode won from 256 KiB to 4 MiB, where it took 1.2-1.4x the rails' time. A single chunk
  * overlaps nothing: its messages leave together, and a latency-bound call's queue like any flat
  * algorithm's whose every rank crosses (cx->spread, which chorus__cost_for_call gave the
- * queueing alpha). */
+ * queueing alpha). A latency-bound call cut into several chunks (a small CHORUS_BUFF_SIZE) is
+ * priced as a pipeline. */
 static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx, double chunks) {
   int L = cx->max_local > 0 ? cx->max_local : 1;
   double alpha = chunks > 1.0 ? cx->inter.alpha_us / L : cx->spread.alpha_us;
