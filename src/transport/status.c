@@ -75,11 +75,13 @@ void chorus__transport_send_status(chorus_transport_t* tp, int peer, const choru
 #define GIVE_UP_FLUSH_MS 100
 
 /* Waits up to the deadline for room on the stream's socket; 0 when it passed. */
-static int wait_writable(const chorus_stream_t* s, uint64_t deadline_ns) {
+static int wait_writable(chorus_stream_t* s, uint64_t deadline_ns) {
   uint64_t now = chorus__now_ns();
   if (now >= deadline_ns) return 0;
   struct pollfd pfd = {.fd = s->fd, .events = POLLOUT};
-  return poll(&pfd, 1, (int)((deadline_ns - now) / 1000000) + 1) > 0 && (pfd.revents & POLLOUT);
+  if (poll(&pfd, 1, (int)((deadline_ns - now) / 1000000) + 1) <= 0 || !(pfd.revents & POLLOUT)) return 0;
+  chorus__tcp_edge_tx(s); /* the write that follows must not wait for an epoll edge */
+  return 1;
 }
 
 /* Writes the rest of the frame (data or control) a TCP stream is in the middle of, so that a

@@ -30,6 +30,7 @@ static chorus_status_t alloc_sockets(chorus_transport_t* tp, int nsocks) {
       tp->peers[p].socks[i].fd = -1;
       tp->peers[p].socks[i].peer = p;
       tp->peers[p].socks[i].index = i;
+      tp->peers[p].socks[i].rx_edges = tp->peers[p].socks[i].tx_edges = 1; /* ready until found otherwise */
     }
   }
   return CHORUS_OK;
@@ -180,24 +181,44 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
 
 /* ---- stream I/O ---- */
 
-/* Bytes written, 0 when the socket would block, -errno on failure. */
+/* Bytes written, 0 when the socket would block, -errno on failure. A short write means the
+ * send buffer is full: the kernel then announces room with an EPOLLOUT edge once half of what
+ * it holds has gone, so the next write is a large one. */
 ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov) {
+  unsigned edges = __atomic_load_n(&s->tx_edges, __ATOMIC_ACQUIRE);
+  if (edges == s->tx_full_at) return 0;
+  size_t want = 0;
+  for (int i = 0; i < niov; i++) want += iov[i].iov_len;
   struct msghdr msg = {.msg_iov = (struct iovec*)iov, .msg_iovlen = (size_t)niov};
   for (;;) {
     ssize_t n = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return n;
+    if (n >= 0) {
+      if ((size_t)n < want) s->tx_full_at = edges;
+      return n;
+    }
     if (errno == EINTR) continue;
-    return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    s->tx_full_at = edges;
+    return 0;
   }
 }
 
-/* Bytes read, 0 when nothing is there yet, -EPIPE when the peer closed, -errno on failure. */
+/* Bytes read, 0 when nothing is there yet, -EPIPE when the peer closed, -errno on failure. A
+ * short read emptied the socket (TCP returns less only when nothing more is queued): the next
+ * byte to arrive brings an EPOLLIN edge. */
 ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len) {
+  unsigned edges = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE);
+  if (edges == s->rx_empty_at) return 0;
   for (;;) {
     ssize_t n = recv(s->fd, buf, len, MSG_DONTWAIT);
-    if (n > 0) return n;
+    if (n > 0) {
+      if ((size_t)n < len) s->rx_empty_at = edges;
+      return n;
+    }
     if (n == 0) return -EPIPE;
     if (errno == EINTR) continue;
-    return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    s->rx_empty_at = edges;
+    return 0;
   }
 }

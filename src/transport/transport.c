@@ -54,9 +54,7 @@ static ssize_t stream_writev(chorus_transport_t* tp, chorus_stream_t* s, const s
 
 static ssize_t stream_read(chorus_transport_t* tp, chorus_stream_t* s, void* buf, size_t len) {
   if (!s->is_shm) {
-    ssize_t n = chorus__tcp_read(s, buf, len);
-    if (n == 0) s->rx_ready = 0; /* empty now: the next byte brings an epoll edge */
-    return n;
+    return chorus__tcp_read(s, buf, len);
   }
   size_t n = chorus__shm_ring_read(s->rx_ring, tp->shm.ring_bytes, buf, len);
   if (n) {
@@ -505,6 +503,7 @@ static void read_last_words(chorus_transport_t* tp, chorus_stream_t* s) {
   int err_peer = tp->err_peer, moved = 0;
   memcpy(err, tp->err, sizeof(err));
   s->peer_closed = 1; /* past frames nobody asked for yet (route_ahead) */
+  chorus__tcp_edge_rx(s); /* read whatever is there, edge or not */
   if (s->is_shm) (void)chorus__stream_ctl_read(tp, s);
   else (void)chorus__stream_recv(tp, s, &moved);
   memcpy(tp->err, err, sizeof(err));
@@ -548,8 +547,10 @@ chorus_status_t chorus__stream_ctl_read(chorus_transport_t* tp, chorus_stream_t*
   for (;;) {
     ssize_t n = chorus__tcp_read(s, (char*)&s->ctl_rx_hdr + s->ctl_rx_off, sizeof(s->ctl_rx_hdr) - s->ctl_rx_off);
     if (n <= 0) {
-      s->rx_ready = 0;
-      if (n < 0) s->peer_closed = 1; /* the shared-memory data path reports it when it matters */
+      if (n < 0) {
+        s->peer_closed = 1; /* the shared-memory data path reports it when it matters */
+        chorus__tcp_rx_idle(s);
+      }
       return CHORUS_OK;
     }
     s->ctl_rx_off += (size_t)n;
@@ -578,12 +579,29 @@ static chorus_status_t stream_idle_read(chorus_transport_t* tp, chorus_stream_t*
   if (st == CHORUS_ERR_PROTOCOL) return st;
   if (st < 0) {
     s->peer_closed = 1;
-    s->rx_ready = 0;
+    chorus__tcp_rx_idle(s);
   }
   return CHORUS_OK;
 }
 
+/* Whether a TCP socket has work that waits for an epoll edge: a read of a wanted stream found it
+ * empty, or a write found it full, and no edge was collected since. */
+static int waits_for_edge(const chorus_transport_t* tp) {
+  for (int p = 0; p < tp->nranks; p++) {
+    const chorus_peer_t* peer = &tp->peers[p];
+    for (int i = 0; i < peer->nsocks; i++) {
+      const chorus_stream_t* s = &peer->socks[i];
+      if (s->is_shm) continue;
+      if ((s->sendq.count || s->cts_count || s->ctl_count) && !chorus__tcp_tx_ready(s)) return 1;
+      if (!chorus__tcp_rx_ready(s) && chorus__stream_wanted(tp, s)) return 1;
+    }
+  }
+  return 0;
+}
+
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved) {
+  /* One epoll_wait tells every socket's news; the reads and writes below skip the others. */
+  if (waits_for_edge(tp)) chorus__transport_collect_events(tp, 0);
   for (int p = 0; p < tp->nranks; p++) {
     chorus_peer_t* peer = &tp->peers[p];
     for (int i = 0; i < peer->nsocks; i++) {
@@ -592,7 +610,7 @@ chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved) {
       if (s->sendq.count || s->cts_count || (s->ctl_count && !s->is_shm)) st = chorus__stream_send(tp, s, moved);
       if (s->ctl_count && s->is_shm) chorus__stream_ctl_flush(s);
       if (st >= 0 && chorus__stream_wanted(tp, s)) st = chorus__stream_recv(tp, s, moved);
-      if (st >= 0 && s->rx_ready) st = stream_idle_read(tp, s);
+      if (st >= 0 && chorus__tcp_rx_ready(s)) st = stream_idle_read(tp, s);
       if (st < 0) read_last_words(tp, s);
       if (st < 0) return st;
     }
@@ -626,7 +644,7 @@ void chorus__transport_shutdown(chorus_transport_t* tp) {
       s->sendq.count = s->recvq.count = 0;
       s->tx_hdr_off = s->tx_off = s->rx_hdr_off = s->rx_off = 0;
       drop_received(tp, s);
-      s->rx_ready = 0;
+      chorus__tcp_rx_idle(s);
       s->ctl_count = s->ctl_off = s->ctl_rx_off = 0;
       s->cts_count = s->cts_off = 0;
       if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);

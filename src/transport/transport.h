@@ -51,7 +51,15 @@ typedef struct chorus_stream {
   struct chorus_unexp *early_head, *early_tail;
   int peer_closed;           /* EPOLLRDHUP/HUP seen on fd */
   int rx_ended;              /* a read found the stream closed after its last frame */
-  int rx_ready;              /* EPOLLIN seen on fd since a read last found it empty */
+  /* Readiness of fd, so that progress passes skip the reads that would find it empty and the
+   * writes that would find it full (one epoll_wait per pass instead of a syscall per socket,
+   * and writes that wait for the room an EPOLLOUT edge announces instead of trickling in as
+   * acknowledgements free a few kilobytes): epoll edges are counted (wait.c, and a poll() that
+   * saw room), and a read that found fd empty (a write that found it full) records the count it
+   * started at. Ready while the two differ; an edge that comes during the syscall keeps it so.
+   * Edges are counted by whichever thread sleeps in epoll: atomic. */
+  unsigned rx_edges, rx_empty_at;
+  unsigned tx_edges, tx_full_at;
   /* Control (status) frames to write on fd: on a TCP stream between data frames, on a
    * shared-memory stream's idle socket at any time. ctl_off: bytes of the first one written. */
   chorus_frame_hdr_t* ctl;
@@ -216,10 +224,23 @@ chorus_status_t chorus__stream_queue_cts(chorus_transport_t* tp, int peer, uint6
 /* Byte range of part i of a transfer cut into n parts. */
 void chorus__part_range(size_t nbytes, int n, int i, size_t* off, size_t* len);
 
-/* TCP stream I/O (tcp.c): bytes moved, 0 when it would block, -errno on failure (-EPIPE: the
- * peer closed). */
+/* TCP stream I/O (tcp.c): bytes moved, 0 when it would block (or when no edge came since the
+ * socket was last found empty / full: no syscall then), -errno on failure (-EPIPE: the peer
+ * closed). */
 ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov);
 ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len);
+
+/* The readiness counters (see chorus_stream_t). */
+static inline int chorus__tcp_rx_ready(const chorus_stream_t* s) {
+  return __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE) != s->rx_empty_at;
+}
+static inline int chorus__tcp_tx_ready(const chorus_stream_t* s) {
+  return __atomic_load_n(&s->tx_edges, __ATOMIC_ACQUIRE) != s->tx_full_at;
+}
+static inline void chorus__tcp_edge_rx(chorus_stream_t* s) { __atomic_add_fetch(&s->rx_edges, 1, __ATOMIC_RELEASE); }
+static inline void chorus__tcp_edge_tx(chorus_stream_t* s) { __atomic_add_fetch(&s->tx_edges, 1, __ATOMIC_RELEASE); }
+/* Nothing more to read until the next edge (a closed or shut socket). */
+static inline void chorus__tcp_rx_idle(chorus_stream_t* s) { s->rx_empty_at = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE); }
 
 /* Queue helpers. */
 int chorus__xq_push(chorus_xfer_queue_t* q, chorus_xfer_t* x);

@@ -44,8 +44,10 @@ void chorus__transport_collect_events(chorus_transport_t* tp, int timeout_ms) {
       while (read(tp->wakefd, &v, sizeof(v)) > 0) {
       }
     } else {
-      if (evs[i].events & EPOLLIN) s->rx_ready = 1;
-      if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_closed = 1;
+      uint32_t e = evs[i].events;
+      if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) chorus__tcp_edge_rx(s);
+      if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) chorus__tcp_edge_tx(s);
+      if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_closed = 1;
     }
   }
 }
