@@ -19,10 +19,10 @@
 #   --out DIR         raw outputs, samples.csv, table.md [/tmp/chorus-cluster]
 #   --timeout-sec S   bound on each single run [300]
 #   --line-rate       instead of the table: 2 hosts x 1 rank, links unshaped; iperf3 with 1 and
-#                     4 streams one way, and with 1 stream each way at once (--bidir: what an
-#                     allreduce of 2 ranks asks of the link, where every rank sends and receives
-#                     at once), against chorus-perf allreduce 256 MiB with CHORUS_NSOCKS_PER_PEER
-#                     1 and 4, alternating (--reps, --timeout-sec apply)
+#                     4 streams one way, and with 1 and 4 streams each way at once (--bidir: what
+#                     an allreduce of 2 ranks asks of the link, where every rank sends and
+#                     receives at once), against chorus-perf allreduce 256 MiB with
+#                     CHORUS_NSOCKS_PER_PEER 1 and 4, alternating (--reps, --timeout-sec apply)
 #   --no-install      do not apt-get install missing packages (missing contenders are skipped)
 #   -h, --help        this text
 # ompi_best: before the repetitions, each of coll_tuned_allreduce_algorithm 1..6 runs once at
@@ -225,7 +225,7 @@ if [ $line_rate = 1 ]; then
   echo "rep,contender,gbit_per_s" >"$csv"
   b=$((256 << 20))
   for ((rep = 1; rep <= reps; rep++)); do
-    for c in iperf3_1 iperf3_4 iperf3bidir_1 chorus_1 chorus_4; do
+    for c in iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4; do
       log=$out/raw/line.$c.rep$rep.log
       case $c in
         iperf3_* | iperf3bidir_*)
@@ -257,19 +257,20 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
     done
   done
   {
-    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions |"
-    echo "|---|---|---|---|---|"
-    for c in iperf3_1 iperf3_4 iperf3bidir_1 chorus_1 chorus_4; do
+    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions | / iperf3 both directions, 4 streams |"
+    echo "|---|---|---|---|---|---|"
+    for c in iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4; do
       m=$(awk -F, -v c=$c '$2 == c { print $3 }' "$csv" | median) || m=""
-      [ -n "$m" ] || { echo "| $c | failed | | |"; continue; }
+      [ -n "$m" ] || { echo "| $c | failed | | | | |"; continue; }
       # same-run ratios: this contender over iperf3 in the same repetition, median over them
       r1=$(awk -F, -v c=$c '$2 == "iperf3_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
       r4=$(awk -F, -v c=$c '$2 == "iperf3_4" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
       rb=$(awk -F, -v c=$c '$2 == "iperf3bidir_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
-      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" 'BEGIN {
+      rb4=$(awk -F, -v c=$c '$2 == "iperf3bidir_4" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
+      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" -v f="$rb4" 'BEGIN {
         name = c; sub("iperf3bidir_", "iperf3 --bidir (each direction), streams ", name); sub("iperf3_", "iperf3, streams ", name)
         sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
-        printf "| %s | %.2f | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e) }
+        printf "| %s | %.2f | %s | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e), ratio(f) }
         function ratio(r) { return r == "" ? "-" : sprintf("%.2fx", r) }'
     done
   } >"$out/table.md"

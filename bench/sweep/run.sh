@@ -22,7 +22,8 @@
 #   --timeout-sec S bound on each run [600]
 #   -h, --help      this text
 # Iterations per size (chorus-perf -n / -w): 1000/100 up to 4 KiB, 200/20 up to 256 KiB, 20/3 up
-# to 4 MiB, 5/1 above on one host; a tenth of that (at least 3/1) across hosts. Contenders that
+# to 4 MiB, 5/1 above on one host; a quarter of that (at least 3/1) across hosts (with a tenth,
+# 20 calls of 64 KiB read auto at 1.20x the same schedule forced; 300 calls: 1.05x). Contenders that
 # cannot serve a call (e.g. shm across hosts) fail their run and are left out of that size.
 # The automatic row's choices come from one extra untimed run with the tune log on.
 set -u -o pipefail
@@ -84,7 +85,7 @@ bands() {
     [ $i -lt 3 ] && [ "${edges[$i]}" -lt "$hi" ] && end=${edges[$i]}
     if [ "$start" -le "$end" ] && [ "$start" -le "$hi" ]; then
       n=${iters[$i]} w=${warm[$i]}
-      if [ "$hosts" -gt 0 ]; then n=$((n / 10 > 3 ? n / 10 : 3)) w=$((w / 10 > 1 ? w / 10 : 1)); fi
+      if [ "$hosts" -gt 0 ]; then n=$((n / 4 > 3 ? n / 4 : 3)) w=$((w / 4 > 1 ? w / 4 : 1)); fi
       echo "$start $end $n $w"
       a=$start
       while [ "$a" -le "$end" ]; do a=$((a * factor)); done
@@ -120,8 +121,14 @@ echo "# sweep of $coll, $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks rank
 echo "# start $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"
 echo "rep,algo,bytes,us" >"$out/samples.csv"
 read -r -a band_list <<<"$(bands | tr '\n' ' ')"
+read -r -a contenders <<<"auto $algos"
 for ((rep = 1; rep <= reps; rep++)); do
-  for algo in auto $algos; do
+  # Each repetition starts one contender further along the list, so that no contender always
+  # runs in the same place: at 256 B on 4 emulated hosts, auto, hier and hier/leader (one
+  # schedule) in that fixed order read 217, 211 and 181 us (medians of 5); started from
+  # hier/leader instead, 180-187 us each.
+  for ((k = 0; k < ${#contenders[@]}; k++)); do
+    algo=${contenders[$(((k + rep - 1) % ${#contenders[@]}))]}
     for ((i = 0; i < ${#band_list[@]}; i += 4)); do
       b=${band_list[$i]} e=${band_list[$((i + 1))]} n=${band_list[$((i + 2))]} w=${band_list[$((i + 3))]}
       log="$out/rep$rep.${algo//\//_}.$b.out"
