@@ -185,7 +185,7 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
  * send buffer is full: the kernel then announces room with an EPOLLOUT edge once half of what
  * it holds has gone, so the next write is a large one. */
 ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov) {
-  unsigned edges = __atomic_load_n(&s->tx_edges, __ATOMIC_ACQUIRE);
+  uint64_t edges = __atomic_load_n(&s->tx_edges, __ATOMIC_ACQUIRE);
   if (edges == s->tx_full_at) return 0;
   size_t want = 0;
   for (int i = 0; i < niov; i++) want += iov[i].iov_len;
@@ -205,14 +205,16 @@ ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov
 
 /* Bytes read, 0 when nothing is there yet, -EPIPE when the peer closed, -errno on failure. A
  * short read emptied the socket (TCP returns less only when nothing more is queued): the next
- * byte to arrive brings an EPOLLIN edge. */
+ * byte to arrive brings an EPOLLIN edge. Not so when it stopped at the peer's FIN or at a reset
+ * whose edge was already counted: no edge follows, and the next read must make the syscall that
+ * reports it (peer_closed is set before such an edge is counted, wait.c). */
 ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len) {
-  unsigned edges = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE);
+  uint64_t edges = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE);
   if (edges == s->rx_empty_at) return 0;
   for (;;) {
     ssize_t n = recv(s->fd, buf, len, MSG_DONTWAIT);
     if (n > 0) {
-      if ((size_t)n < len) s->rx_empty_at = edges;
+      if ((size_t)n < len && !__atomic_load_n(&s->peer_closed, __ATOMIC_ACQUIRE)) s->rx_empty_at = edges;
       return n;
     }
     if (n == 0) return -EPIPE;

@@ -57,9 +57,11 @@ typedef struct chorus_stream {
    * acknowledgements free a few kilobytes): epoll edges are counted (wait.c, and a poll() that
    * saw room), and a read that found fd empty (a write that found it full) records the count it
    * started at. Ready while the two differ; an edge that comes during the syscall keeps it so.
-   * Edges are counted by whichever thread sleeps in epoll: atomic. */
-  unsigned rx_edges, rx_empty_at;
-  unsigned tx_edges, tx_full_at;
+   * Edges are counted by whichever thread sleeps in epoll: atomic; 64 bits, so that a socket
+   * never found full does not read as full when the count wraps (EPOLLOUT comes with every
+   * incoming message's edge). */
+  uint64_t rx_edges, rx_empty_at;
+  uint64_t tx_edges, tx_full_at;
   /* Control (status) frames to write on fd: on a TCP stream between data frames, on a
    * shared-memory stream's idle socket at any time. ctl_off: bytes of the first one written. */
   chorus_frame_hdr_t* ctl;

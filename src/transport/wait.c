@@ -45,9 +45,10 @@ void chorus__transport_collect_events(chorus_transport_t* tp, int timeout_ms) {
       }
     } else {
       uint32_t e = evs[i].events;
+      /* Before the edge: a read that counts this edge must see the hang-up (tcp.c). */
+      if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) __atomic_store_n(&s->peer_closed, 1, __ATOMIC_RELEASE);
       if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) chorus__tcp_edge_rx(s);
       if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) chorus__tcp_edge_tx(s);
-      if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_closed = 1;
     }
   }
 }

@@ -4,11 +4,14 @@
  * a write that finds the socket full, or a short one, likewise until an EPOLLOUT edge; an edge
  * counted while a socket is still ready keeps it so; the transport's own epoll collection (wait.c)
  * counts the edges the kernel gives, so data that arrives after the socket was found empty is
- * read; and a sleeper in epoll on another thread wakes for bytes written after a reader found
+ * read; a short read that stopped at the peer's FIN leaves the socket ready, so the next read
+ * reports the close; the counters do not wrap into "full" or "empty"; and a sleeper in epoll on another thread wakes for bytes written after a reader found
  * the socket empty (many rounds, nothing lost).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -111,6 +114,70 @@ TEST(full_write_waits_for_an_edge) {
   chorus__tcp_edge_tx(&s);
   ASSERT_EQ(chorus__tcp_writev(&s, &one, 1), 1);
   ASSERT_TRUE(chorus__tcp_tx_ready(&s)); /* everything asked for went: still ready */
+  close(fds[0]);
+  close(fds[1]);
+}
+
+/* A connected non-blocking TCP pair on loopback: fds[0] the stream's socket, fds[1] the peer's. */
+static void make_tcp_pair(int fds[2]) {
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_TRUE(lfd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, (struct sockaddr*)&a, sizeof(a)), 0);
+  socklen_t alen = sizeof(a);
+  ASSERT_EQ(getsockname(lfd, (struct sockaddr*)&a, &alen), 0);
+  ASSERT_EQ(listen(lfd, 1), 0);
+  fds[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_TRUE(fds[1] >= 0);
+  ASSERT_EQ(connect(fds[1], (struct sockaddr*)&a, sizeof(a)), 0);
+  fds[0] = accept(lfd, NULL, NULL);
+  ASSERT_TRUE(fds[0] >= 0);
+  ASSERT_EQ(fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK), 0);
+  close(lfd);
+}
+
+/* The peer's last bytes and its FIN come in one edge: the read that stops short at the FIN must
+ * not mark the socket empty (no edge follows), or the close would go unseen until a timeout. */
+TEST(short_read_at_the_peers_fin_still_reports_the_close) {
+  chorus_transport_t tp;
+  ASSERT_EQ(chorus__transport_create(&tp, 0, 1, 44), CHORUS_OK);
+  int fds[2];
+  make_tcp_pair(fds);
+  chorus_stream_t s = stream_on(fds[0]);
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = &s};
+  ASSERT_EQ(epoll_ctl(tp.epfd, EPOLL_CTL_ADD, fds[0], &ev), 0);
+  char buf[64];
+  ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), 0);
+  ASSERT_TRUE(!chorus__tcp_rx_ready(&s));
+  ASSERT_EQ(write(fds[1], "0123456789", 10), 10);
+  close(fds[1]);
+  usleep(20000); /* both have arrived: one report carries them */
+  chorus__transport_collect_events(&tp, 1000);
+  ASSERT_TRUE(s.peer_closed);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), 10);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), -EPIPE);
+  epoll_ctl(tp.epfd, EPOLL_CTL_DEL, fds[0], NULL);
+  close(fds[0]);
+  chorus__transport_destroy(&tp);
+}
+
+/* Every incoming message's edge also reports EPOLLOUT: a socket that never filled must not read
+ * as full when the count passes 2^32 (nor one never found empty as empty). */
+TEST(counters_do_not_wrap_into_full_or_empty) {
+  int fds[2];
+  make_pair(fds);
+  chorus_stream_t s = stream_on(fds[0]);
+  s.tx_edges = s.rx_edges = 0xffffffffu;
+  chorus__tcp_edge_tx(&s);
+  chorus__tcp_edge_rx(&s);
+  ASSERT_TRUE(chorus__tcp_tx_ready(&s)); /* tx_full_at is still 0: never found full */
+  ASSERT_TRUE(chorus__tcp_rx_ready(&s));
+  struct iovec one = {(void*)"x", 1};
+  ASSERT_EQ(chorus__tcp_writev(&s, &one, 1), 1);
+  char c = 0;
+  ASSERT_EQ(read(fds[1], &c, 1), 1);
+  ASSERT_EQ(c, 'x');
   close(fds[0]);
   close(fds[1]);
 }
