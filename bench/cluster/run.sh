@@ -256,17 +256,19 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
       echo "rep $rep $c: ${v:-failed} Gbit/s" >&2
     done
   done
+  # same_run_ratio C REF: C over REF in each repetition that has both, median over them.
+  same_run_ratio() {
+    awk -F, -v c="$1" -v ref="$2" '$2 == ref { d[$1] = $3 } $2 == c { v[$1] = $3 }
+      END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median
+  }
   {
     echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions | / iperf3 both directions, 4 streams |"
     echo "|---|---|---|---|---|---|"
     for c in iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4; do
       m=$(awk -F, -v c=$c '$2 == c { print $3 }' "$csv" | median) || m=""
       [ -n "$m" ] || { echo "| $c | failed | | | | |"; continue; }
-      # same-run ratios: this contender over iperf3 in the same repetition, median over them
-      r1=$(awk -F, -v c=$c '$2 == "iperf3_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
-      r4=$(awk -F, -v c=$c '$2 == "iperf3_4" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
-      rb=$(awk -F, -v c=$c '$2 == "iperf3bidir_1" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
-      rb4=$(awk -F, -v c=$c '$2 == "iperf3bidir_4" { d[$1] = $3 } $2 == c { v[$1] = $3 } END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median)
+      r1=$(same_run_ratio "$c" iperf3_1) r4=$(same_run_ratio "$c" iperf3_4)
+      rb=$(same_run_ratio "$c" iperf3bidir_1) rb4=$(same_run_ratio "$c" iperf3bidir_4)
       awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" -v f="$rb4" 'BEGIN {
         name = c; sub("iperf3bidir_", "iperf3 --bidir (each direction), streams ", name); sub("iperf3_", "iperf3, streams ", name)
         sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
