@@ -10,6 +10,8 @@ RUN=${1:?usage: test_failure.sh CHORUS_RUN}
 # the others sleep 100 s under a marker name (optionally ignoring SIGTERM).
 cat >"$TMP/rank.sh" <<'EOF'
 #!/bin/bash
+# Ignore SIGTERM before announcing the PID: the failing rank acts once every PID is written.
+[ "${IGNORE_TERM:-0}" = 1 ] && trap '' TERM
 echo $$ >"$PIDDIR/rank.$CHORUS_RANK.pid.tmp" && mv "$PIDDIR/rank.$CHORUS_RANK.pid.tmp" "$PIDDIR/rank.$CHORUS_RANK.pid"
 if [ "$CHORUS_RANK" = "$FAIL_RANK" ]; then
   # Wait until every rank is up, so that the others are surely killed and not just unborn.
@@ -19,7 +21,6 @@ if [ "$CHORUS_RANK" = "$FAIL_RANK" ]; then
   done
   eval "$FAIL_CMD"
 fi
-[ "${IGNORE_TERM:-0}" = 1 ] && trap '' TERM
 exec -a "$MARKER" sleep 100
 EOF
 chmod +x "$TMP/rank.sh"

@@ -8,8 +8,9 @@ export MARKER
 
 cat >"$TMP/sleeper.sh" <<'EOF2'
 #!/bin/bash
-echo $$ >"$PIDDIR/rank.$CHORUS_RANK.pid.tmp" && mv "$PIDDIR/rank.$CHORUS_RANK.pid.tmp" "$PIDDIR/rank.$CHORUS_RANK.pid"
+# Ignore signals before announcing the PID: the test signals the job once every PID is written.
 [ -n "${IGNORE_SIGS:-}" ] && trap "" $IGNORE_SIGS
+echo $$ >"$PIDDIR/rank.$CHORUS_RANK.pid.tmp" && mv "$PIDDIR/rank.$CHORUS_RANK.pid.tmp" "$PIDDIR/rank.$CHORUS_RANK.pid"
 exec -a "$MARKER" sleep 100
 EOF2
 chmod +x "$TMP/sleeper.sh"
