@@ -262,17 +262,18 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
       END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median
   }
   {
-    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions | / iperf3 both directions, 4 streams |"
-    echo "|---|---|---|---|---|---|"
+    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions | / iperf3 both directions, 4 streams | / Chorus, 1 socket |"
+    echo "|---|---|---|---|---|---|---|"
     for c in iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4; do
       m=$(awk -F, -v c=$c '$2 == c { print $3 }' "$csv" | median) || m=""
-      [ -n "$m" ] || { echo "| $c | failed | | | | |"; continue; }
+      [ -n "$m" ] || { echo "| $c | failed | | | | | |"; continue; }
       r1=$(same_run_ratio "$c" iperf3_1) r4=$(same_run_ratio "$c" iperf3_4)
       rb=$(same_run_ratio "$c" iperf3bidir_1) rb4=$(same_run_ratio "$c" iperf3bidir_4)
-      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" -v f="$rb4" 'BEGIN {
+      rc1=""; [[ $c == chorus_* ]] && rc1=$(same_run_ratio "$c" chorus_1)
+      awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" -v f="$rb4" -v g="$rc1" 'BEGIN {
         name = c; sub("iperf3bidir_", "iperf3 --bidir (each direction), streams ", name); sub("iperf3_", "iperf3, streams ", name)
         sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
-        printf "| %s | %.2f | %s | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e), ratio(f) }
+        printf "| %s | %.2f | %s | %s | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e), ratio(f), ratio(g) }
         function ratio(r) { return r == "" ? "-" : sprintf("%.2fx", r) }'
     done
   } >"$out/table.md"
