@@ -140,7 +140,12 @@ typedef struct chorus_task {
   float* residual; /* the error-feedback values of args.residual when the call is compressed */
   const char* sub_algo; /* CHORUS_ALGO's inner engine for this call ("rhd" of "hier/rhd"), or NULL */
   size_t dtype_size;  /* bytes per element */
-  size_t chunk_bytes; /* pipelining unit (CHORUS_BUFF_SIZE), a multiple of 64 bytes */
+  /* The unit engines cut messages into: CHORUS_BUFF_SIZE (a multiple of 64 bytes), times the
+   * sockets per TCP peer when messages to TCP peers are striped (a whole unit per socket). */
+  size_t chunk_bytes;
+  /* CHORUS_BUFF_SIZE itself: what two-level algorithms cut a call into pipeline chunks by (their
+   * chunks' time inside a host does not change with the sockets between hosts). */
+  size_t pipe_unit_bytes;
 
   /* Sequence numbers stamped on frames: collectives use the communicator's sequence number for
    * both; point-to-point uses the per-pair counters of the send and receive directions. */

@@ -352,10 +352,11 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
     CH_WARN(comm->rank, "%s", comm->tp.err);
     return st;
   }
-  /* A chunk to a TCP peer is cut into one part per socket: keep each part a whole
-   * CHORUS_BUFF_SIZE, since parts of a quarter of it cost more in calls and waits than the
-   * extra sockets gain (measured 0.7-0.85x of one socket with 4 sockets at 256 KiB chunks). */
-  if (comm->nsocks > 1 && (comm->host_count > 1 || !comm->shm_enabled)) comm->chunk_bytes *= (size_t)comm->nsocks;
+  /* A message to a TCP peer is cut into one part per socket: engines' chunks hold a whole
+   * CHORUS_BUFF_SIZE per socket, since parts of a quarter of it cost more in calls and waits
+   * than the extra sockets gain (measured 0.7-0.85x of one socket with 4 sockets at 256 KiB
+   * chunks, parity with 1 MiB chunks). */
+  comm->chunk_parts = comm->nsocks > 1 && (comm->host_count > 1 || !comm->shm_enabled) ? comm->nsocks : 1;
   comm->tp.status_answer = chorus__conn_status_answer;
   comm->tp.status_ctx = comm;
   comm->last_activity_ns = chorus__now_ns();

@@ -47,7 +47,8 @@ struct chorus_comm {
   int spin_small_us; /* the same for calls of at most cost.spin_bytes (tune.c) */
   int spin_by_link;  /* CHORUS_SPIN_US=-1: tune.c derives spin_small_us from the links */
   int oversubscribed; /* more ranks on this host than online CPUs: waiters yield at once */
-  size_t chunk_bytes;
+  size_t chunk_bytes; /* CHORUS_BUFF_SIZE */
+  int chunk_parts;    /* sockets a chunk to a TCP peer is striped over (1: no TCP peer or one socket) */
   int shm_enabled;
   size_t shm_ring_bytes;
   size_t shm_slot_bytes;

@@ -2,7 +2,9 @@
  * transport.c - the data path shared by every stream (TCP socket or shared ring): frames in
  * posting order per stream, a 48-byte header (frame.h) then the payload, written in one call
  * and received straight into the destination buffer once the header has been validated.
- * Messages of CHORUS_STRIPE_MIN_BYTES and more to a TCP peer are cut into one part per socket.
+ * Messages to a TCP peer with several sockets are cut into parts of at least
+ * CHORUS_STRIPE_PART_BYTES, one per socket, as many as fit (a message smaller than two parts
+ * travels whole on the first socket).
  * Status frames (frame.h) ride on the TCP sockets between data frames: a rank that timed out
  * asks its peers, which answer from their progress passes; they never count as progress. The
  * status exchange itself is in status.c, the waiting in wait.c; both reach the streams through
@@ -512,7 +514,9 @@ static void read_last_words(chorus_transport_t* tp, chorus_stream_t* s) {
 
 int chorus__stream_nparts(const chorus_transport_t* tp, int peer, size_t nbytes) {
   const chorus_peer_t* p = &tp->peers[peer];
-  return nbytes >= CHORUS_STRIPE_MIN_BYTES && p->nsocks > 1 && !p->socks[0].is_shm ? p->nsocks : 1;
+  if (p->nsocks <= 1 || p->socks[0].is_shm) return 1;
+  size_t fit = nbytes / CHORUS_STRIPE_PART_BYTES;
+  return fit < 2 ? 1 : fit < (size_t)p->nsocks ? (int)fit : p->nsocks;
 }
 
 chorus_status_t chorus__stream_post_parts(chorus_transport_t* tp, chorus_xfer_t* x, int nparts) {

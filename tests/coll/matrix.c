@@ -872,6 +872,19 @@ void mx_run_tcp(chorus_coll_t coll, int nranks) {
   set_env_list(tcp_env, 1);
 }
 
+/* Ranks of one host over TCP with 3 sockets per peer: messages of 512 KiB and more are striped
+ * in parts of at least 256 KiB (2 or 3 parts, and parts that are not a multiple of the element
+ * size); engines' chunks are 3 x 256 KiB. Both ends must cut every message alike. */
+static const char* const striped_env[] = {"CHORUS_SHM_DISABLE=1", "CHORUS_NSOCKS_PER_PEER=3", NULL};
+static const size_t striped_counts[] = {262147, (1 << 20) + 3};
+
+void mx_run_striped(chorus_coll_t coll, int nranks) {
+  set_env_list(striped_env, 0);
+  mx_run_matrix(coll, nranks, striped_counts, sizeof(striped_counts) / sizeof(striped_counts[0]),
+                MX_ROTATE_ROOTS | MX_COVER_OPS | MX_SIZE_DTYPES | MX_AUTO_IF_SINGLE);
+  set_env_list(striped_env, 1);
+}
+
 /* Emulated hosts: the small counts and two chunked ones (4 KiB chunks), roots rotating. */
 static const char* const hosts_env[] = {"CHORUS_BUFF_SIZE=4096", NULL};
 static const size_t hosts_counts[] = {0, 1, 7, 1023, 20011};

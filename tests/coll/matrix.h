@@ -146,6 +146,9 @@ void mx_run_chunked(chorus_coll_t coll, int nranks);
 /* Counts {0, 1, 1023, 20011} with CHORUS_SHM_DISABLE=1: same-host ranks over TCP; roots
  * rotate. */
 void mx_run_tcp(chorus_coll_t coll, int nranks);
+/* Counts {262147, (1 << 20) + 3} over TCP with 3 sockets per peer (striped messages), with
+ * mx_run_big's reductions. */
+void mx_run_striped(chorus_coll_t coll, int nranks);
 
 /* Variable-size collectives: count scales {0, 1, 7, 1023} (irregular per-rank counts with
  * empty blocks and one large one, vmatrix.c), every dtype, op, root, in place and layout, with

@@ -24,4 +24,5 @@ TEST_EX(big_n8, 300, "full") { mx_run_big(CH_COLL_ALLTOALL, 8); }
 TEST_EX(chunked_n3, 120, "quick") { mx_run_chunked(CH_COLL_ALLTOALL, 3); }
 TEST_EX(chunked_n8, 120, "full") { mx_run_chunked(CH_COLL_ALLTOALL, 8); }
 TEST_EX(tcp_n3, 120, "quick") { mx_run_tcp(CH_COLL_ALLTOALL, 3); }
+TEST_EX(striped_n3, 300, "full") { mx_run_striped(CH_COLL_ALLTOALL, 3); }
 TEST_EX(tcp_n5, 120, "full") { mx_run_tcp(CH_COLL_ALLTOALL, 5); }

@@ -35,6 +35,7 @@ TEST_EX(sendrecv_big_n5, 300, "full") { mx_run_big(CH_COLL_SENDRECV, 5); }
 TEST_EX(sendrecv_big_n8, 300, "full") { mx_run_big(CH_COLL_SENDRECV, 8); }
 TEST_EX(sendrecv_chunked_n3, 120, "quick") { mx_run_chunked(CH_COLL_SENDRECV, 3); }
 TEST_EX(sendrecv_tcp_n3, 120, "quick") { mx_run_tcp(CH_COLL_SENDRECV, 3); }
+TEST_EX(sendrecv_striped_n2, 300, "quick") { mx_run_striped(CH_COLL_SENDRECV, 2); }
 
 /* ---- non-blocking: both patterns posted with isend/irecv and isendrecv, then waited ---- */
 

@@ -206,7 +206,7 @@ static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* comm_cx
   chorus_cost_ctx_t call_cx = chorus__cost_for_call(comm_cx, bytes); /* init passes the communicator's */
   const chorus_cost_ctx_t* cx = &call_cx;
   int L = cx->max_local > 0 ? cx->max_local : 1;
-  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->chunk_bytes) * t->dtype_size;
+  size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->pipe_unit_bytes) * t->dtype_size;
   double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, S = bytes / chunks;
   size_t slot = chorus__conn_shm_slot_bytes(t), S_bytes = (size_t)S;
   if (!slot) slot = 1;
@@ -246,7 +246,7 @@ static chorus_status_t hier_init(chorus_task_t* t) {
     }
   } else {
     h->at = chorus__hier_place(t);
-    h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, h->whole.chunk_bytes);
+    h->pipe_elems = chorus__hier_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.L, t->pipe_unit_bytes);
     hier_plan_t p = plan(t, t->cost);
     h->eng = p.eng;
     h->leader = p.leader;

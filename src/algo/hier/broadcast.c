@@ -114,7 +114,7 @@ static chorus_status_t hbc_init(chorus_task_t* t) {
   h->at = chorus__hier_place(t);
   h->root_host = topo->host_of[t->args.root];
   h->root_local = topo->local_of[t->args.root];
-  h->pipe = chorus__hier_pipe_elems(h->whole.count, 1, h->at.L, h->whole.chunk_bytes);
+  h->pipe = chorus__hier_pipe_elems(h->whole.count, 1, h->at.L, t->pipe_unit_bytes);
   h->nchunks = chorus__div_up(h->whole.count, h->pipe);
   h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = 1});
   h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
@@ -139,7 +139,7 @@ static double hbc_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   int L = cx->max_local, H = cx->nhosts;
   size_t bytes = t->args.count * t->dtype_size;
   if (bytes == 0) return 0.0;
-  size_t pipe = chorus__hier_pipe_elems(bytes, 1, L, t->chunk_bytes);
+  size_t pipe = chorus__hier_pipe_elems(bytes, 1, L, t->pipe_unit_bytes);
   double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
   size_t slot = chorus__conn_shm_slot_bytes(t) ? chorus__conn_shm_slot_bytes(t) : 1;
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
