@@ -185,6 +185,18 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   return CHORUS_OK;
 }
 
+/* x rounded to the nearest power of two (on a log scale): the latency-bound limit comes from a
+ * probe whose alpha moves by half from one launch to the next on a busy machine (50-86 us, so
+ * 12-18 KB on 4 emulated hosts x 2 ranks), and a call just under it spins while the same call
+ * in the next launch sleeps, at twice the time. Rounded, launches agree unless the figure sits
+ * near a rounding boundary (x 1.41). */
+static double nearest_power_of_two(double x) {
+  if (!(x >= 1.0)) return x > 0.0 ? 1.0 : 0.0;
+  double p = 1.0;
+  while (p * 1.4142135623730951 < x) p *= 2.0;
+  return p;
+}
+
 void chorus__tune_derive(chorus_cost_ctx_t* cx) {
   int L = cx->max_local > 1 ? cx->max_local : 1;
   int shared_cores = cx->nhosts > 1 && cx->machine_oversub > 1.0;
@@ -198,7 +210,7 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx) {
    * figure comes from the links alone, which every rank shares, never from CHORUS_SPIN_US: it
    * prices calls, and ranks that priced alike select alike (an explicit spin only changes how
    * long this rank polls). */
-  cx->spin_bytes = cx->nhosts > 1 ? cx->inter.alpha_us * cx->inter.bytes_per_us : 0.0;
+  cx->spin_bytes = cx->nhosts > 1 ? nearest_power_of_two(cx->inter.alpha_us * cx->inter.bytes_per_us) : 0.0;
   /* Hosts whose ranks share cores (more ranks than CPUs on one machine): every wait for another
    * rank waits for that rank's turn on a core. A sleeping waiter pays a wake-up, priced as the
    * inter-host alpha (a message that wakes its receiver); a spinning one pays the turn, a pass

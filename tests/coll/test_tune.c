@@ -127,15 +127,15 @@ TEST(derived_figures_on_shared_cores) {
   ASSERT_TRUE(cx.spread_alpha_small_us == 90.0);                            /* 1 + (2 - 1) / 2 alphas */
   ASSERT_TRUE(cx.handover_us == 60.0);                                      /* a wake-up */
   ASSERT_TRUE(cx.handover_spin_us == 4.0 * CHORUS_CORE_TURN_US);            /* 3 others' turns + its own */
-  ASSERT_TRUE(cx.spin_bytes == 60.0 * 250.0);                               /* one alpha of the link */
+  ASSERT_TRUE(cx.spin_bytes == 16384.0); /* one alpha of the link, 15000 B, to the nearest power of two */
   ASSERT_EQ(chorus__tune_spin_us(&cx), 240);
 
-  chorus_cost_ctx_t small = chorus__cost_for_call(&cx, 15000.0), big = chorus__cost_for_call(&cx, 15001.0);
+  chorus_cost_ctx_t small = chorus__cost_for_call(&cx, 16384.0), big = chorus__cost_for_call(&cx, 16385.0);
   ASSERT_TRUE(small.handover_us == cx.handover_spin_us && small.spread.alpha_us == 90.0);
   ASSERT_TRUE(small.spread.bytes_per_us == 125.0 && small.inter.alpha_us == 60.0);
   ASSERT_TRUE(big.handover_us == 60.0 && big.spread.alpha_us == 60.0);
   ASSERT_TRUE(chorus__cost_latency_bound(&cx, 0.0)); /* a barrier across hosts */
-  chorus_cost_ctx_t twice = chorus__cost_for_call(&small, 15000.0); /* hier's plan applies it again */
+  chorus_cost_ctx_t twice = chorus__cost_for_call(&small, 16384.0); /* hier's plan applies it again */
   ASSERT_TRUE(twice.handover_us == small.handover_us && twice.spread.alpha_us == small.spread.alpha_us);
   ASSERT_TRUE(twice.spread.bytes_per_us == small.spread.bytes_per_us && twice.inter.alpha_us == small.inter.alpha_us);
 }
@@ -145,7 +145,7 @@ TEST(derived_figures_elsewhere) {
   chorus_cost_ctx_t cx = cluster_ctx(0.5);
   chorus__tune_derive(&cx);
   ASSERT_TRUE(cx.handover_us == 0.0 && cx.handover_spin_us == 0.0 && cx.spread_alpha_small_us == 60.0);
-  ASSERT_TRUE(cx.spin_bytes == 15000.0);
+  ASSERT_TRUE(cx.spin_bytes == 16384.0);
   /* One host: its own link everywhere, the one-host spin. */
   cx = cluster_ctx(4.0);
   cx.nhosts = 1;
@@ -162,12 +162,27 @@ TEST(derived_figures_elsewhere) {
   ASSERT_EQ(chorus__tune_spin_us(&cx), 1000);
 }
 
+/* The latency-bound limit is one alpha of the inter-host link rounded to the nearest power of
+ * two on a log scale: probes that read 47-92 us at 250 B/us (11.75-23 KB) all give 16 KiB, so
+ * a 16 KiB call spins in every launch; past the boundaries (x 1.41) the next powers. */
+TEST(latency_bound_limit_is_rounded) {
+  const double alphas[] = {46.0, 47.0, 60.0, 70.0, 92.0, 93.0, 0.002};
+  const double limits[] = {8192.0, 16384.0, 16384.0, 16384.0, 16384.0, 32768.0, 1.0};
+  for (size_t i = 0; i < sizeof(alphas) / sizeof(alphas[0]); i++) {
+    chorus_cost_ctx_t cx = cluster_ctx(4.0);
+    cx.inter.alpha_us = alphas[i];
+    chorus__tune_derive(&cx);
+    if (cx.spin_bytes != limits[i])
+      FAIL("alpha %.3f us at 250 B/us: latency-bound up to %.0f bytes, expected %.0f", alphas[i], cx.spin_bytes, limits[i]);
+  }
+}
+
 /* Built-in links (CHORUS_TUNE=0): inter 50 us + 1000 B/us, so latency-bound calls are those of
- * at most 50000 bytes, and they spin 200 us. The pricing never depends on CHORUS_SPIN_US, which
+ * at most 64 KiB (50000 bytes rounded), and they spin 200 us. The pricing never depends on CHORUS_SPIN_US, which
  * may differ from rank to rank; a split inside one host has neither. */
 static int check_spin(chorus_comm_t* comm, int rank, void* arg) {
   int explicit_us = *(const int*)arg;
-  ASSERT_TRUE(comm->cost.spin_bytes == 50000.0);
+  ASSERT_TRUE(comm->cost.spin_bytes == 65536.0);
   if (explicit_us) {
     ASSERT_TRUE(comm->spin_us == explicit_us && comm->spin_small_us == explicit_us);
   } else {
