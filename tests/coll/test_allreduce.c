@@ -25,5 +25,6 @@ TEST_EX(chunked_n2, 120, "quick") { mx_run_chunked(CH_COLL_ALLREDUCE, 2); }
 TEST_EX(chunked_n3, 120, "quick_asan") { mx_run_chunked(CH_COLL_ALLREDUCE, 3); }
 TEST_EX(chunked_n8, 120, "full") { mx_run_chunked(CH_COLL_ALLREDUCE, 8); }
 TEST_EX(tcp_n3, 120, "quick") { mx_run_tcp(CH_COLL_ALLREDUCE, 3); }
-TEST_EX(striped_n3, 300, "quick") { mx_run_striped(CH_COLL_ALLREDUCE, 3); }
+/* full only: every algorithm at 4 MiB took 55 s under TSan; sendrecv_striped_n2 is the quick one. */
+TEST_EX(striped_n3, 300, "full") { mx_run_striped(CH_COLL_ALLREDUCE, 3); }
 TEST_EX(tcp_n5, 120, "full") { mx_run_tcp(CH_COLL_ALLREDUCE, 5); }
