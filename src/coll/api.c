@@ -50,9 +50,7 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
   t->topo = &comm->topo;
   t->cost = &comm->cost;
   t->dtype_size = chorus_dtype_size(a->dtype);
-  t->chunk_bytes = comm->chunk_bytes * (size_t)(comm->chunk_parts > 1 ? comm->chunk_parts : 1);
-  if (t->chunk_bytes > CHORUS_CHUNK_MAX_BYTES) /* engines hold a few chunks of scratch each */
-    t->chunk_bytes = comm->chunk_bytes > CHORUS_CHUNK_MAX_BYTES ? comm->chunk_bytes : CHORUS_CHUNK_MAX_BYTES;
+  t->chunk_bytes = comm->msg_chunk_bytes;
   t->pipe_unit_bytes = comm->chunk_bytes;
   t->spins_long = chorus__cost_latency_bound(&comm->cost, (double)a->count * (double)t->dtype_size);
   t->blocking = blocking;

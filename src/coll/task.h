@@ -63,9 +63,6 @@ static inline int chorus__coll_is_v(chorus_coll_t c) {
          c == CH_COLL_GATHERV || c == CH_COLL_SCATTERV;
 }
 
-/* The largest pipelining chunk the sockets of a TCP peer scale CHORUS_BUFF_SIZE to (api.c). */
-#define CHORUS_CHUNK_MAX_BYTES ((size_t)64 << 20)
-
 /* The arguments of one call, as the user gave them. */
 typedef struct {
   chorus_coll_t coll;
@@ -144,8 +141,8 @@ typedef struct chorus_task {
   const char* sub_algo; /* CHORUS_ALGO's inner engine for this call ("rhd" of "hier/rhd"), or NULL */
   size_t dtype_size;  /* bytes per element */
   /* The unit engines cut messages into: CHORUS_BUFF_SIZE (a multiple of 64 bytes), times the
-   * sockets per TCP peer when messages to TCP peers are striped (a whole unit per socket), but
-   * no more than CHORUS_CHUNK_MAX_BYTES unless CHORUS_BUFF_SIZE itself is. */
+   * sockets per TCP peer when messages to TCP peers are striped (a whole unit per socket), up to
+   * 64 MiB (comm.c). */
   size_t chunk_bytes;
   /* CHORUS_BUFF_SIZE itself: what two-level algorithms cut a call into pipeline chunks by (their
    * chunks' time inside a host does not change with the sockets between hosts). */

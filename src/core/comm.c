@@ -30,6 +30,8 @@ void chorus__comm_set_error(chorus_comm_t* comm, const char* fmt, ...) {
 #define GROUP_FUSE_BY_TOPOLOGY SIZE_MAX
 /* CHORUS_SHM_STREAM_BYTES=-1 until the ranks on this machine are known. */
 #define STREAM_BY_MACHINE SIZE_MAX
+/* The largest chunk the sockets of a TCP peer scale CHORUS_BUFF_SIZE to. */
+#define MSG_CHUNK_MAX_BYTES ((size_t)64 << 20)
 
 /* "16K", "1M", "0": bytes with an optional binary suffix; 0 when malformed. */
 static int parse_bytes(const char* txt, size_t* out) {
@@ -174,7 +176,7 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->nsocks = (int)v[3];
   comm->spin_by_link = v[4] < 0;
   comm->spin_us = comm->spin_small_us = v[4] < 0 ? CHORUS_SPIN_ONE_HOST_US : (int)v[4];
-  comm->chunk_bytes = ((size_t)v[5] + 63) & ~(size_t)63;
+  comm->chunk_bytes = comm->msg_chunk_bytes = ((size_t)v[5] + 63) & ~(size_t)63; /* connect scales the latter */
   comm->shm_enabled = !v[6];
   comm->shm_ring_bytes = ((size_t)v[7] + 63) & ~(size_t)63;
   comm->shm_slot_bytes = ((size_t)v[8] + 4095) & ~(size_t)4095;
@@ -355,8 +357,12 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
   /* A message to a TCP peer is cut into one part per socket: engines' chunks hold a whole
    * CHORUS_BUFF_SIZE per socket, since parts of a quarter of it cost more in calls and waits
    * than the extra sockets gain (measured 0.7-0.85x of one socket with 4 sockets at 256 KiB
-   * chunks, parity with 1 MiB chunks). */
-  comm->chunk_parts = comm->nsocks > 1 && (comm->host_count > 1 || !comm->shm_enabled) ? comm->nsocks : 1;
+   * chunks, parity with 1 MiB chunks). Engines hold a few chunks of scratch each: at most
+   * MSG_CHUNK_MAX_BYTES, unless CHORUS_BUFF_SIZE itself is more. */
+  int parts = comm->nsocks > 1 && (comm->host_count > 1 || !comm->shm_enabled) ? comm->nsocks : 1;
+  comm->msg_chunk_bytes = comm->chunk_bytes * (size_t)parts;
+  if (comm->msg_chunk_bytes > MSG_CHUNK_MAX_BYTES)
+    comm->msg_chunk_bytes = comm->chunk_bytes > MSG_CHUNK_MAX_BYTES ? comm->chunk_bytes : MSG_CHUNK_MAX_BYTES;
   comm->tp.status_answer = chorus__conn_status_answer;
   comm->tp.status_ctx = comm;
   comm->last_activity_ns = chorus__now_ns();

@@ -48,7 +48,7 @@ struct chorus_comm {
   int spin_by_link;  /* CHORUS_SPIN_US=-1: tune.c derives spin_small_us from the links */
   int oversubscribed; /* more ranks on this host than online CPUs: waiters yield at once */
   size_t chunk_bytes; /* CHORUS_BUFF_SIZE */
-  int chunk_parts;    /* sockets a chunk to a TCP peer is striped over (1: no TCP peer or one socket) */
+  size_t msg_chunk_bytes; /* what engines cut messages into: chunk_bytes per socket of a TCP peer */
   int shm_enabled;
   size_t shm_ring_bytes;
   size_t shm_slot_bytes;

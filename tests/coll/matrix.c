@@ -846,6 +846,14 @@ static void set_env_list(const char* const* assignments, int restore) {
   }
 }
 
+/* mx_run_matrix with the variables of env set, then unset. */
+static void run_with_env(const char* const* env, chorus_coll_t coll, int nranks, const size_t* counts, size_t ncounts,
+                         unsigned flags) {
+  set_env_list(env, 0);
+  mx_run_matrix(coll, nranks, counts, ncounts, flags);
+  set_env_list(env, 1);
+}
+
 /* Small pipelining chunks and the smallest shared-memory rings and slots: a few kilobytes
  * then take many chunks, slots and ring wraps, cheaply enough for the sanitizer builds. Every
  * output is written with streaming stores (a path otherwise taken from 8 MiB on), over the odd
@@ -855,10 +863,8 @@ static const char* const small_chunk_env[] = {"CHORUS_BUFF_SIZE=4096", "CHORUS_S
 static const size_t chunked_counts[] = {4099, 20011};
 
 void mx_run_chunked(chorus_coll_t coll, int nranks) {
-  set_env_list(small_chunk_env, 0);
-  mx_run_matrix(coll, nranks, chunked_counts, sizeof(chunked_counts) / sizeof(chunked_counts[0]),
-                MX_ROTATE_ROOTS);
-  set_env_list(small_chunk_env, 1);
+  run_with_env(small_chunk_env, coll, nranks, chunked_counts, sizeof(chunked_counts) / sizeof(chunked_counts[0]),
+               MX_ROTATE_ROOTS);
 }
 
 /* Ranks of one host over TCP instead of shared memory (message semantics only). */
@@ -866,10 +872,7 @@ static const char* const tcp_env[] = {"CHORUS_SHM_DISABLE=1", NULL};
 static const size_t tcp_counts[] = {0, 1, 1023, 20011};
 
 void mx_run_tcp(chorus_coll_t coll, int nranks) {
-  set_env_list(tcp_env, 0);
-  mx_run_matrix(coll, nranks, tcp_counts, sizeof(tcp_counts) / sizeof(tcp_counts[0]),
-                MX_ROTATE_ROOTS);
-  set_env_list(tcp_env, 1);
+  run_with_env(tcp_env, coll, nranks, tcp_counts, sizeof(tcp_counts) / sizeof(tcp_counts[0]), MX_ROTATE_ROOTS);
 }
 
 /* Ranks of one host over TCP with 3 sockets per peer: messages of 512 KiB and more are striped
@@ -879,10 +882,8 @@ static const char* const striped_env[] = {"CHORUS_SHM_DISABLE=1", "CHORUS_NSOCKS
 static const size_t striped_counts[] = {262147, (1 << 20) + 3};
 
 void mx_run_striped(chorus_coll_t coll, int nranks) {
-  set_env_list(striped_env, 0);
-  mx_run_matrix(coll, nranks, striped_counts, sizeof(striped_counts) / sizeof(striped_counts[0]),
-                MX_ROTATE_ROOTS | MX_COVER_OPS | MX_SIZE_DTYPES | MX_AUTO_IF_SINGLE);
-  set_env_list(striped_env, 1);
+  run_with_env(striped_env, coll, nranks, striped_counts, sizeof(striped_counts) / sizeof(striped_counts[0]),
+               MX_ROTATE_ROOTS | MX_COVER_OPS | MX_SIZE_DTYPES | MX_AUTO_IF_SINGLE);
 }
 
 /* Emulated hosts: the small counts and two chunked ones (4 KiB chunks), roots rotating. */
@@ -904,9 +905,7 @@ void mx_run_hosts(chorus_coll_t coll, int nranks, const int* host_of) {
 static const size_t v_scales[] = {0, 1, 7, 1023};
 
 void mx_run_v(chorus_coll_t coll, int nranks) {
-  set_env_list(small_chunk_env, 0);
-  mx_run_matrix(coll, nranks, v_scales, sizeof(v_scales) / sizeof(v_scales[0]), MX_AUTO_IF_SINGLE);
-  set_env_list(small_chunk_env, 1);
+  run_with_env(small_chunk_env, coll, nranks, v_scales, sizeof(v_scales) / sizeof(v_scales[0]), MX_AUTO_IF_SINGLE);
 }
 
 void mx_run_v_tcp(chorus_coll_t coll, int nranks) {
