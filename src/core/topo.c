@@ -11,8 +11,8 @@
 int chorus__topo_init(chorus_topo_t* topo, int nranks, const char* const* host_ids) {
   memset(topo, 0, sizeof(*topo));
   size_t n = (size_t)nranks;
-  /* host_of, local_of, host_first, host_size, by_host, rails, rail_size: at most n each. */
-  int* mem = calloc(7 * n + 1, sizeof(int));
+  /* host_of, local_of, host_first, host_size, by_host, rails, rail_size, leaders: at most n each. */
+  int* mem = calloc(8 * n + 1, sizeof(int));
   if (!mem) return -1;
   topo->nranks = nranks;
   topo->host_of = mem;
@@ -22,6 +22,7 @@ int chorus__topo_init(chorus_topo_t* topo, int nranks, const char* const* host_i
   topo->by_host = mem + 4 * n;
   topo->rails = mem + 5 * n;
   topo->rail_size = mem + 6 * n;
+  topo->leaders = mem + 7 * n;
   for (int r = 0; r < nranks; r++) {
     int h = -1;
     for (int q = 0; q < r && h < 0; q++)
@@ -42,6 +43,8 @@ int chorus__topo_init(chorus_topo_t* topo, int nranks, const char* const* host_i
     if (topo->host_size[h] > topo->max_local) topo->max_local = topo->host_size[h];
     topo->uniform &= topo->host_size[h] == topo->host_size[0];
   }
+  for (int h = 0; h < topo->nhosts; h++)
+    topo->leaders[h] = topo->by_host[topo->host_first[h] + chorus__topo_leader_local(topo, h)];
   /* max_local * nhosts can exceed n on uneven hosts: rails then need their own room. */
   if ((size_t)topo->max_local * (size_t)topo->nhosts > n) {
     topo->rails = calloc((size_t)topo->max_local * (size_t)topo->nhosts, sizeof(int));
@@ -83,4 +86,9 @@ chorus_group_t chorus__topo_rail(const chorus_topo_t* topo, int l, int rank) {
   for (int i = 0; i < g.size; i++)
     if (g.ranks[i] == rank) g.me = i;
   return g;
+}
+
+chorus_group_t chorus__topo_leaders(const chorus_topo_t* topo, int rank) {
+  int h = topo->host_of[rank];
+  return (chorus_group_t){topo->nhosts, topo->leaders[h] == rank ? h : -1, topo->leaders};
 }

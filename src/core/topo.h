@@ -31,6 +31,7 @@ typedef struct chorus_topo_s {
   int* by_host;   /* every rank, host by host, each host's in rank order: the host-ordered ring */
   int* rails;     /* rail l: rails[l * nhosts .. + rail_size[l]), in host order */
   int* rail_size;
+  int* leaders;   /* host h's leader, one per host in host order (chorus__topo_leader_local) */
 } chorus_topo_t;
 
 /* Derives the topology of nranks ranks from their host ids. 0, or -1 when out of memory. */
@@ -44,6 +45,15 @@ chorus_group_t chorus__topo_ring(const chorus_topo_t* topo, int rank);
 /* The rail of local index l (0 <= l < max_local): one rank per host that has more than l
  * ranks, in host order, with `rank`'s index among them (-1 if not there). */
 chorus_group_t chorus__topo_rail(const chorus_topo_t* topo, int l, int rank);
+
+/* The local index of host h's leader, the rank that alone carries a host's share across hosts
+ * in a latency-bound two-level call: h mod the host's size, so that the leaders of hosts that
+ * share one machine's cores (emulated hosts, where a launcher pins local rank l of every node
+ * to the same core) do not all queue for one core while the others idle. On hosts of their
+ * own the choice costs nothing. */
+static inline int chorus__topo_leader_local(const chorus_topo_t* topo, int h) { return h % topo->host_size[h]; }
+/* The host leaders, in host order, with `rank`'s index among them (-1 if it leads no host). */
+chorus_group_t chorus__topo_leaders(const chorus_topo_t* topo, int rank);
 
 /* 1 when rails pair every rank: several hosts, several ranks on each, all equal (what the
  * two-level algorithms need). */

@@ -1,6 +1,6 @@
 /*
  * test_topo.c - the topology module (core/topo): hosts by first appearance, local indexes,
- * host groups, rails and the host-ordered ring for blocked, round-robin and uneven layouts,
+ * host groups, rails, host leaders and the host-ordered ring for blocked, round-robin and uneven layouts,
  * each checked against lists written out by hand; and the topology a communicator derives
  * from per-rank host ids given in its config (ranks as threads emulating hosts).
  */
@@ -35,6 +35,10 @@ TEST(round_robin_numbering) {
   expect_group(chorus__topo_ring(&t, 3), 6, 4, (const int[]){0, 2, 4, 1, 3, 5});
   expect_group(chorus__topo_rail(&t, 2, 5), 2, 1, (const int[]){4, 5});
   expect_group(chorus__topo_rail(&t, 0, 5), 2, -1, (const int[]){0, 1});
+  /* host h's leader is its local index h mod 3: rank 0 on "a", rank 3 on "b" */
+  expect_group(chorus__topo_leaders(&t, 3), 2, 1, (const int[]){0, 3});
+  expect_group(chorus__topo_leaders(&t, 0), 2, 0, (const int[]){0, 3});
+  expect_group(chorus__topo_leaders(&t, 1), 2, -1, (const int[]){0, 3});
   chorus__topo_free(&t);
 }
 
@@ -47,6 +51,9 @@ TEST(blocked_numbering_is_the_identity_ring) {
   ASSERT_NULL(ring.ranks);
   expect_group(ring, 4, 2, (const int[]){0, 1, 2, 3});
   expect_group(chorus__topo_rail(&t, 1, 3), 2, 1, (const int[]){1, 3});
+  ASSERT_EQ(chorus__topo_leader_local(&t, 1), 1);
+  expect_group(chorus__topo_leaders(&t, 3), 2, 1, (const int[]){0, 3});
+  expect_group(chorus__topo_leaders(&t, 2), 2, -1, (const int[]){0, 3});
   chorus__topo_free(&t);
 }
 
@@ -65,6 +72,9 @@ TEST(uneven_hosts) {
   expect_group(chorus__topo_rail(&t, 0, 2), 3, 2, (const int[]){0, 1, 2});
   expect_group(chorus__topo_rail(&t, 1, 4), 2, 1, (const int[]){3, 4});
   expect_group(chorus__topo_rail(&t, 2, 5), 1, 0, (const int[]){5});
+  /* h mod the host's own size: 0 on "c" (rank 0), 1 on "b" (rank 4), 0 on "a" (rank 2) */
+  expect_group(chorus__topo_leaders(&t, 4), 3, 1, (const int[]){0, 4, 2});
+  expect_group(chorus__topo_leaders(&t, 3), 3, -1, (const int[]){0, 4, 2});
   chorus__topo_free(&t);
 }
 
@@ -75,6 +85,7 @@ TEST(one_rank) {
   ASSERT_EQ(t.nhosts, 1);
   ASSERT_EQ(t.identity, 1);
   expect_group(chorus__topo_rail(&t, 0, 0), 1, 0, (const int[]){0});
+  expect_group(chorus__topo_leaders(&t, 0), 1, 0, (const int[]){0});
   chorus__topo_free(&t);
 }
 

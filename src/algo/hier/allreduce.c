@@ -14,8 +14,9 @@
  * Every rank's sockets carry only 1/L of the data: 2(H-1)/H * N/L per rank crosses hosts, and
  * every host link carries 2(H-1)/H * N, the least any allreduce can, spread over L rails.
  * Latency-bound sizes take the leader mode instead (hier/leader forces it): 1. reduce of the
- * chunk to local index 0 by memory semantics, 2. allreduce over rail 0 by the local-0 ranks
- * alone (half the processes wake per message, each with the whole link), 3. broadcast back.
+ * chunk to the host's leader by memory semantics (local index h mod L on host h: core/topo.h),
+ * 2. allreduce among the leaders alone (half the processes wake per message, each with the
+ * whole link), 3. broadcast back.
  *
  * Pipelining: chunk c+1 is reduced inside the host while chunk c crosses hosts, and chunk c is
  * spread while c+1 crosses. Phases that talk to the same peers (and draw shared-memory ids)
@@ -57,7 +58,7 @@ typedef struct {
   size_t pipe_elems;
   const chorus_ar_engine_t* eng;
   int shm;              /* intra-host phases by memory semantics (else ring over the shared rings) */
-  int leader;           /* latency-bound: reduce to local 0, allreduce over rail 0, broadcast */
+  int leader;           /* latency-bound: reduce to the leader, allreduce among leaders, broadcast */
   int segs;             /* a fused group's members (task.segs) are the RS input and the AG output */
   size_t* seg_first;    /* L entries each: the segments of the chunk being started */
   size_t* seg_len;
@@ -72,16 +73,16 @@ static size_t chunk_elems(const hier_t* h, size_t c) {
 /* The segment of a chunk local rank l reduces inside the host and carries over its rail. */
 static int owned_segment(const hier_t* h) { return h->shm ? h->at.l : chorus__ring_rs_owned(h->at.l, h->at.L); }
 
-/* Leader mode: the chunk reduced to local index 0, allreduced over rail 0 by the local-0
- * ranks alone (the whole link is theirs), broadcast back from local index 0. */
+/* Leader mode: the chunk reduced to the host's leader, allreduced by the leaders alone (the
+ * whole link is theirs), broadcast back from the leader. */
 static chorus_status_t start_leader_stage(chorus_task_t* t, hier_t* h, chorus_sched_t* s, int stage, size_t c,
                                           chorus_hier_run_t* run) {
   char* chunk = (char*)h->whole.recvbuf + chunk_first(h, c) * h->whole.elem_bytes;
   s->count = chunk_elems(h, c);
   s->recvbuf = chunk;
-  s->root = 0;
+  s->root = h->at.lead;
   if (stage == STAGE_AR) {
-    s->group = h->at.rail;
+    s->group = h->at.leaders;
     s->sendbuf = chunk;
     if (s->residual) s->residual += chunk_first(h, c);
     *run = (chorus_hier_run_t){h->eng->step, h->eng->free, NULL};
@@ -263,12 +264,12 @@ static chorus_status_t hier_init(chorus_task_t* t) {
     h->pipe.level[STAGE_RS] = h->pipe.level[STAGE_AG] = CHORUS_HIER_INTRA;
     h->pipe.level[STAGE_AR] = CHORUS_HIER_INTER;
     h->pipe.active[STAGE_RS] = h->pipe.active[STAGE_AG] = 1;
-    h->pipe.active[STAGE_AR] = !h->leader || h->at.l == 0;
+    h->pipe.active[STAGE_AR] = !h->leader || h->at.l == h->at.lead;
     h->pipe.start = start_stage;
     h->pipe.ctx = h;
     chorus__hier_pipe_setup(&h->pipe);
     CH_DEBUG(ALGO, t->rank, "allreduce hier: %s, %s across hosts, %zu chunks, intra-host phases %s",
-             h->leader ? "leader (local 0 carries all)" : "rails", h->eng ? h->eng->name : "?", h->pipe.nchunks,
+             h->leader ? "leader (one rank per host carries all)" : "rails", h->eng ? h->eng->name : "?", h->pipe.nchunks,
              h->shm ? "by memory semantics" : "over the shared rings (no segment)");
   }
   if (!h->segs) {
@@ -294,7 +295,7 @@ static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) 
 const chorus_algo_t chorus__algo_hier_allreduce = {
     .name = "hier",
     .desc = "two-level: intra-host reduce-scatter, inter-host allreduce per rail, intra-host allgather, pipelined; "
-            "latency-bound: reduce to local 0, allreduce over rail 0, broadcast (leader)",
+            "latency-bound: reduce to the host's leader, allreduce among the leaders, broadcast (leader)",
     .coll = CH_COLL_ALLREDUCE,
     .supported = chorus__algo_reduce_supported,
     .cost_us = hier_cost_us,

@@ -1,17 +1,17 @@
 /*
  * hier/barrier.c - two-level barrier: gather the arrivals inside each host, cross hosts once
  * per host, release inside each host. For H hosts of L ranks:
- *   1. intra: reduce of one byte (int8 max) over the host to local index 0: by memory semantics
- *      when the host's ranks share its segment (every rank raises a flag, local 0 waits for
- *      them), else a binomial tree of messages;
- *   2. inter, local index 0 only: recursive-doubling allreduce of that byte over rail 0;
- *   3. intra: broadcast of the byte from local index 0 over the host (a flag, or a binomial
- *      tree).
- * A rank leaves once step 3 reaches it, which is after its host's local 0 finished step 2,
- * which needs every host's local 0 to have finished step 1, i.e. every rank to have entered.
+ *   1. intra: reduce of one byte (int8 max) over the host to the host's leader (local index
+ *      h mod L on host h: core/topo.h): by memory semantics when the host's ranks share its
+ *      segment (every rank raises a flag, the leader waits for them), else a binomial tree of
+ *      messages;
+ *   2. inter, the leaders only: recursive-doubling allreduce of that byte among them;
+ *   3. intra: broadcast of the byte from the leader over the host (a flag, or a binomial tree).
+ * A rank leaves once step 3 reaches it, which is after its host's leader finished step 2,
+ * which needs every host's leader to have finished step 1, i.e. every rank to have entered.
  * The bytes carry nothing (they live in the state); one byte because empty transfers are
  * skipped on both sides. Bytes that cross hosts: one byte per round of recursive doubling, on
- * the local-0 ranks only (ceil(log2 H) rounds, two more when H is not a power of two); the other
+ * the leaders only (ceil(log2 H) rounds, two more when H is not a power of two); the other
  * ranks never cross hosts.
  *
  * Cost (intra flag hand-over f, inter a2, lg = ceil(log2)): T = 2 f + lg(H) a2.
@@ -30,7 +30,8 @@
 
 typedef struct {
   chorus_sched_t one; /* one int8, max */
-  chorus_group_t host, rail;
+  chorus_group_t host, leaders;
+  int lead;           /* the local index of this host's leader */
   int shm;            /* steps 1 and 3 by memory semantics */
   char in, out;
   chorus_hier_pipe_t p;
@@ -42,14 +43,14 @@ static chorus_status_t hbar_start(chorus_task_t* t, void* ctx, int stage, size_t
   s.tag_base = chorus__hier_tag(stage, chunk);
   s.recvbuf = &b->out;
   s.sendbuf = &b->out;
-  s.root = 0;
-  if (stage == 0) { /* arrivals, to local index 0 */
+  s.root = b->lead;
+  if (stage == 0) { /* arrivals, to the leader */
     s.group = b->host;
     s.sendbuf = &b->in;
     return b->shm ? chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(&s, run);
   }
-  if (stage == 1) { /* local index 0: across hosts */
-    s.group = b->rail;
+  if (stage == 1) { /* the leaders: across hosts */
+    s.group = b->leaders;
     return chorus__hier_run_rd(&s, run);
   }
   s.group = b->host; /* release */
@@ -89,14 +90,15 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
     if (st < 0) hbar_fini(t);
     return st;
   }
-  int l = topo->local_of[t->rank];
-  b->host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
-  b->rail = chorus__topo_rail(topo, 0, t->rank);
+  int l = topo->local_of[t->rank], h = topo->host_of[t->rank];
+  b->host = chorus__topo_host_group(topo, h, t->rank);
+  b->leaders = chorus__topo_leaders(topo, t->rank);
+  b->lead = chorus__topo_leader_local(topo, h);
   b->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = b->host, .elem_bytes = 1});
   b->p = (chorus_hier_pipe_t){.nchunks = 1,
                               .nstages = 3,
                               .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
-                              .active = {1, l == 0, 1},
+                              .active = {1, l == b->lead, 1},
                               .start = hbar_start,
                               .ctx = b};
   chorus__hier_pipe_setup(&b->p);
@@ -111,7 +113,7 @@ static double hbar_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) 
 
 const chorus_algo_t chorus__algo_hier_barrier = {
     .name = "hier",
-    .desc = "two-level: intra-host flags to local 0, recursive doubling over rail 0, intra-host release",
+    .desc = "two-level: intra-host flags to the host's leader, recursive doubling among the leaders, intra-host release",
     .coll = CH_COLL_BARRIER,
     .supported = NULL,
     .cost_us = hbar_cost_us,

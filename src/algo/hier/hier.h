@@ -27,17 +27,21 @@ const chorus_ar_engine_t* chorus__hier_ar_engine(const char* name); /* NULL when
 extern const chorus_ar_engine_t chorus__hier_zip_engine;
 
 /* This rank's place in the two levels: H hosts of L ranks, its local index l, the ranks of its
- * host and its rail (the ranks of local index l, one per host). */
+ * host and its rail (the ranks of local index l, one per host); the local index of its host's
+ * leader and the leaders of all hosts (core/topo.h). */
 typedef struct {
-  int H, L, l;
-  chorus_group_t host, rail;
+  int H, L, l, lead;
+  chorus_group_t host, rail, leaders;
 } chorus_hier_place_t;
 
 static inline chorus_hier_place_t chorus__hier_place(const chorus_task_t* t) {
   const chorus_topo_t* topo = t->topo;
-  chorus_hier_place_t at = {topo->nhosts, topo->max_local, topo->local_of[t->rank], {0, -1, NULL}, {0, -1, NULL}};
-  at.host = chorus__topo_host_group(topo, topo->host_of[t->rank], t->rank);
+  int h = topo->host_of[t->rank];
+  chorus_hier_place_t at = {topo->nhosts, topo->max_local, topo->local_of[t->rank], chorus__topo_leader_local(topo, h),
+                            {0, -1, NULL}, {0, -1, NULL}, {0, -1, NULL}};
+  at.host = chorus__topo_host_group(topo, h, t->rank);
   at.rail = chorus__topo_rail(topo, at.l, t->rank);
+  at.leaders = chorus__topo_leaders(topo, t->rank);
   return at;
 }
 
