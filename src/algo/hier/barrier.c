@@ -30,8 +30,7 @@
 
 typedef struct {
   chorus_sched_t one; /* one int8, max */
-  chorus_group_t host, leaders;
-  int lead;           /* the local index of this host's leader */
+  chorus_hier_place_t at; /* its host, its host's leader and the leaders */
   int shm;            /* steps 1 and 3 by memory semantics */
   char in, out;
   chorus_hier_pipe_t p;
@@ -43,17 +42,17 @@ static chorus_status_t hbar_start(chorus_task_t* t, void* ctx, int stage, size_t
   s.tag_base = chorus__hier_tag(stage, chunk);
   s.recvbuf = &b->out;
   s.sendbuf = &b->out;
-  s.root = b->lead;
+  s.root = b->at.lead;
   if (stage == 0) { /* arrivals, to the leader */
-    s.group = b->host;
+    s.group = b->at.host;
     s.sendbuf = &b->in;
     return b->shm ? chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(&s, run);
   }
   if (stage == 1) { /* the leaders: across hosts */
-    s.group = b->leaders;
+    s.group = b->at.leaders;
     return chorus__hier_run_rd(&s, run);
   }
-  s.group = b->host; /* release */
+  s.group = b->at.host; /* release */
   return b->shm ? chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(&s, run);
 }
 
@@ -90,15 +89,12 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
     if (st < 0) hbar_fini(t);
     return st;
   }
-  int l = topo->local_of[t->rank], h = topo->host_of[t->rank];
-  b->host = chorus__topo_host_group(topo, h, t->rank);
-  b->leaders = chorus__topo_leaders(topo, t->rank);
-  b->lead = chorus__topo_leader_local(topo, h);
-  b->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = b->host, .elem_bytes = 1});
+  b->at = chorus__hier_place(t);
+  b->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = b->at.host, .elem_bytes = 1});
   b->p = (chorus_hier_pipe_t){.nchunks = 1,
                               .nstages = 3,
                               .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
-                              .active = {1, l == b->lead, 1},
+                              .active = {1, b->at.l == b->at.lead, 1},
                               .start = hbar_start,
                               .ctx = b};
   chorus__hier_pipe_setup(&b->p);
