@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # run.sh - is the automatic choice as good as the best algorithm one could force? For one
-# collective, runs chorus-perf over a sweep of sizes once automatically and once forced to each
-# algorithm (and inner choice) the registry offers for it, alternating the contenders within
-# each repetition, and prints per size the median time of each, the best forced one, and
-# auto / best. On one host (chorus-run -n L) or on an emulated cluster (scripts/cluster.sh:
-# H hosts of L ranks, host links shaped with tc tbf; needs root).
+# collective, times a sweep of sizes once automatically and once forced to each algorithm (and
+# inner choice) the registry offers for it, and prints per size the median time of each, the
+# best forced one, and auto / best. By default all contenders run in one job per size band
+# (chorus-perf -a auto,A,B,... -k REPS: a communicator each, taking turns call batch by call
+# batch, so that every contender sees the same processes, placement and moment of the machine);
+# --launches gives each contender and repetition a job of its own instead, alternating the
+# contenders within each repetition. On one host (chorus-run -n L) or on an emulated cluster
+# (scripts/cluster.sh: H hosts of L ranks, host links shaped with tc tbf; needs root).
 #
 # Usage: bench/sweep/run.sh [options]
 #   --coll C        collective [allreduce]
@@ -12,7 +15,8 @@
 #   --hosts H       emulated hosts (0: one host, no namespaces) [0]
 #   --rate RATE     tc tbf rate of every host link, with --hosts [2gbit]
 #   --numbering N   host or rr, with --hosts [host]
-#   --reps N        repetitions [3]
+#   --reps N        repetitions (rounds of turns, or launches per contender) [3]
+#   --launches      a job per contender and repetition instead of one per size band
 #   --min BYTES     smallest size [8]
 #   --max BYTES     largest size [64M]
 #   --factor F      size step [8]
@@ -24,8 +28,9 @@
 # Iterations per size (chorus-perf -n / -w): 1000/100 up to 4 KiB, 200/20 up to 256 KiB, 20/3 up
 # to 4 MiB, 5/1 above on one host; a quarter of that (at least 3/1) across hosts (with a tenth,
 # 20 calls of 64 KiB read auto at 1.20x the same schedule forced; 300 calls: 1.05x). Contenders that
-# cannot serve a call (e.g. shm across hosts) fail their run and are left out of that size.
-# The automatic row's choices come from one extra untimed run with the tune log on.
+# cannot serve a call (e.g. shm across hosts) are left out of that size (chorus-perf prints "not
+# supported"; with --launches their run fails). The automatic row's choices come from one extra
+# untimed run with the tune log on.
 set -u -o pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,7 +38,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CHORUS_SWEEP_BUILD_DIR:-$REPO/build}
 
 coll=allreduce ranks=2 hosts=0 rate=2gbit numbering=host reps=3 min=8 max=64M factor=8 algos=""
-out=/tmp/chorus-sweep run_timeout=600
+out=/tmp/chorus-sweep run_timeout=600 launches=0
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -46,6 +51,7 @@ while [ $# -gt 0 ]; do
     --rate) rate=${2:?}; shift ;;
     --numbering) numbering=${2:?}; shift ;;
     --reps) reps=${2:?}; shift ;;
+    --launches) launches=1 ;;
     --min) min=${2:?}; shift ;;
     --max) max=${2:?}; shift ;;
     --factor) factor=${2:?}; shift ;;
@@ -94,13 +100,14 @@ bands() {
   done
 }
 
-# run_perf LOG ALGO B E N W [VAR=VAL...]: one chorus-perf run (ALGO "auto": no -a); rank 0's rows
-# in LOG.
+# run_perf LOG ALGO B E N W [-k ROUNDS] [VAR=VAL...]: one chorus-perf run (ALGO "auto": no -a;
+# a list A,B,...: interleaved); rank 0's rows in LOG.
 run_perf() {
   local log=$1 algo=$2 b=$3 e=$4 n=$5 w=$6
   shift 6
   local aopt=()
   [ "$algo" = auto ] || aopt=(-a "$algo")
+  if [ "${1:-}" = -k ]; then aopt+=(-k "$2"); shift 2; fi
   local perf=("$BUILD/chorus-perf" "$coll" -b "$b" -e "$e" -f "$factor" -n "$n" -w "$w" -c 0 "${aopt[@]}")
   if [ "$hosts" -gt 0 ]; then
     local xs=()
@@ -117,12 +124,29 @@ run_perf() {
 }
 
 echo "# sweep of $coll, $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks ranks, links $rate, numbering $numbering" ||
-  echo "$ranks ranks on one host"), $reps repetitions; contenders: auto $algos"
+  echo "$ranks ranks on one host"), $reps repetitions ($([ $launches = 1 ] && echo "a launch each" ||
+  echo "rounds in one job per size band")); contenders: auto $algos"
 echo "# start $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"
 echo "rep,algo,bytes,us" >"$out/samples.csv"
 read -r -a band_list <<<"$(bands | tr '\n' ' ')"
 read -r -a contenders <<<"auto $algos"
-for ((rep = 1; rep <= reps; rep++)); do
+# One job per band: chorus-perf's "# rounds SIZE ALGO t1 t2 ..." lines are the samples.
+if [ $launches = 0 ]; then
+  list=$(echo "${contenders[@]}" | tr ' ' ',')
+  for ((i = 0; i < ${#band_list[@]}; i += 4)); do
+    b=${band_list[$i]} e=${band_list[$((i + 1))]} n=${band_list[$((i + 2))]} w=${band_list[$((i + 3))]}
+    log="$out/band.$b.out"
+    if ! run_perf "$log" "$list" "$b" "$e" "$n" "$w" -k "$reps"; then
+      echo "# $b-$e: failed ($(grep -m1 -iE 'error|failed' "$log" "$log.all" 2>/dev/null | head -c 200))"
+    fi
+    grep -h ': not supported' "$log" | sed 's/^# [0-9]* //; s/: not supported.*//' | sort -u |
+      sed "s/^/# $b-$e not supported: /"
+    awk '$1 == "#" && $2 == "rounds" { for (i = 5; i <= NF; i++) print (i - 4) "," $4 "," $3 "," $i }' \
+      "$log" >>"$out/samples.csv"
+    echo "# band $b-$e done $(date -u '+%H:%M:%S'); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  done
+fi
+for ((rep = 1; rep <= reps && launches; rep++)); do
   # Each repetition starts one contender further along the list, so that no contender always
   # runs in the same place: at 256 B on 4 emulated hosts, auto, hier and hier/leader (one
   # schedule) in that fixed order read 217, 211 and 181 us (medians of 5); started from

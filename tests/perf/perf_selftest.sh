@@ -2,7 +2,9 @@
 # perf_selftest.sh CHORUS_RUN CHORUS_PERF - tests chorus-perf itself: bad flags give a clear
 # message and exit 2; -h exits 0; the check catches a corrupted output (-x 1: exactly one wrong
 # element per checked row, exit 1); a failed call (a forced algorithm that does not exist) makes
-# it exit non-zero naming the status; -J writes valid JSON with one object per row.
+# it exit non-zero naming the status; -J writes valid JSON with one object per row; -a A,B,...
+# with -k times several algorithms in one job, leaves out the one that cannot serve a call, and
+# checks every contender's results.
 set -u
 RUN=${1:?usage: perf_selftest.sh CHORUS_RUN CHORUS_PERF}
 PERF=${2:?missing CHORUS_PERF}
@@ -39,7 +41,11 @@ expect_usage_error 'unknown op' allreduce -o xor
 expect_usage_error '-a needs a single collective' all -a ring
 expect_usage_error 'unknown flag' allreduce -q
 expect_usage_error 'flag needs a value' allreduce -b
-ok "bad flags: clear messages, exit 2 (17 cases)"
+expect_usage_error 'empty algorithm name in -a' allreduce -a ring,,rd
+expect_usage_error 'algorithm named twice in -a' allreduce -a ring,rd,ring
+expect_usage_error '-k needs 1..1000' allreduce -k 0
+expect_usage_error '-R 1 takes a single -a algorithm' allreduce -a ring,rd -R 1
+ok "bad flags: clear messages, exit 2 (21 cases)"
 
 timeout 10 "$PERF" -h >"$TMP/out" 2>&1 || fail "-h: exit $?"
 grep -q '^usage: chorus-perf COLLECTIVE' "$TMP/out" || fail "-h: no usage text"
@@ -63,6 +69,25 @@ awk '/^# collective: / { coll = $3 } /^ / {
   fail "-x 1: rows do not each count exactly one wrong element"
 grep -q '^# Wrong elements : [1-9][0-9]* FAILED' "$TMP/out" || fail "-x 1: no FAILED summary"
 ok "the check counts a corrupted element exactly once per row and fails the run"
+
+# -a auto,shm,ring -k 3 on 2 emulated hosts of 2 ranks: shm cannot serve a call across hosts and
+# leaves every row; auto and ring get a checked row per size and a "# rounds" line of 3 times.
+two_hosts=(sh -c 'CHORUS_HOST_ID=h$((CHORUS_RANK / 2)) exec "$0" "$@"' "$PERF")
+run_job -n 4 "${two_hosts[@]}" allreduce -a auto,shm,ring -k 3 -b 8 -e 64K -f 8 -n 3 -w 1 \
+  >"$TMP/out" 2>"$TMP/err" || fail "-a auto,shm,ring: exit $? ($(cat "$TMP/err"))"
+awk '/^ / { rows[$5]++; if ($9 != 0) bad = 1 }
+     $1 == "#" && $2 == "rounds" { rounds[$4]++; if (NF != 7) bad = 1 }
+     / shm: not supported: / { skipped++ }
+     END { exit !(rows["auto"] == 5 && rows["ring"] == 5 && !("shm" in rows) && rounds["auto"] == 5 &&
+                  rounds["ring"] == 5 && skipped == 5 && !bad) }' "$TMP/out" ||
+  fail "-a auto,shm,ring -k 3: unexpected rows: $(cat "$TMP/out")"
+run_job -n 4 "${two_hosts[@]}" allreduce -a ring,rd,hier -b 64 -e 4K -f 4 -n 1 -w 0 -x 1 \
+  >"$TMP/out" 2>"$TMP/err"
+code=$?
+[ $code = 1 ] || fail "-a ring,rd,hier -x 1: exit $code, expected 1"
+awk '/^ / { rows++; if ($9 != 1) bad = 1 } END { exit !(rows == 12 && !bad) }' "$TMP/out" ||
+  fail "-a ring,rd,hier -x 1: not one wrong element in each of 12 rows: $(cat "$TMP/out")"
+ok "-a A,B,... -k N: every contender checked and timed in turns, unsupported ones left out"
 
 # A forced algorithm that does not exist: the call fails; the status name is printed.
 run_job -n 2 "$PERF" broadcast -a no_such_algorithm -b 8 -e 8 >"$TMP/out" 2>"$TMP/err"

@@ -4,6 +4,9 @@
  * algbw and busbw, and with -c 1 first checks one untimed call bitwise against results every
  * rank computes on its own (perf_check.h; flags in perf_opts.h). Run under the launcher, e.g.
  *   chorus-run -n 4 chorus-perf allreduce -b 8 -e 64M -f 2 -c 1
+ * With -a A,B,... it compares algorithms inside one job: a communicator per contender (split from
+ * the first, so all share its processes, placement and measured links), timed in turns, which
+ * launch-to-launch noise on a shared machine cannot bias.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -180,9 +183,20 @@ typedef struct {
   uint64_t wrong;
 } perf_row_t;
 
+/* One algorithm of the run: its label (NULL for the job's communicator, whose label per
+ * collective forced_algo reads) and the communicator whose CHORUS_ALGO forces it. */
+typedef struct {
+  const char* label;
+  chorus_comm_t* comm;
+  double round_us[1000]; /* this row's time in each round (-k) */
+  int skipped;           /* this row: the algorithm cannot serve the call */
+} perf_contender_t;
+
 typedef struct {
   perf_opts_t opts;
-  chorus_comm_t* comm;
+  chorus_comm_t* comm; /* the job's; with several contenders it only coordinates */
+  perf_contender_t contender[PERF_MAX_CONTENDERS];
+  int ncontenders;
   int rank, nranks;
   char* send_base;
   char* recv_base;
@@ -299,8 +313,13 @@ static void print_header(const perf_ctx_t* ctx, perf_coll_t coll) {
   else if (zip.codec != CHORUS_COMPRESSION_NONE)
     snprintf(compression, sizeof compression, "%s (%s, from %zu bytes)", chorus_compression_name(zip.codec), scope,
              min_bytes);
-  printf("# host %s | chorus %s | algo %s | compression %s\n#\n", ctx->host, ctx->version,
-         forced_algo(coll, algo, sizeof algo), compression);
+  const char* algos = ctx->ncontenders > 1 ? o->algo : forced_algo(coll, algo, sizeof algo);
+  printf("# host %s | chorus %s | algo %s | compression %s\n", ctx->host, ctx->version, algos,
+         compression);
+  if (ctx->ncontenders > 1 || o->rounds > 1) {
+    printf("# %d round(s), each algorithm in turn; time: median over rounds\n", o->rounds);
+  }
+  printf("#\n");
   printf("#%12s %12s %9s %6s %13s %10s %12s %12s %7s\n", "size", "count", "type", "redop", "algo",
          "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   fflush(stdout);
@@ -313,11 +332,18 @@ static void print_row(const perf_row_t* r) {
 }
 
 /* Reports a failed call on this rank and breaks the communicator so peers stop waiting. */
-static int fail_call(perf_ctx_t* ctx, const char* what, const perf_call_t* c, size_t size_bytes,
-                     chorus_status_t st) {
-  fprintf(stderr, "chorus-perf: rank %d: %s of %s (size %zu, %s) failed: %s: %s\n", ctx->rank,
-          what, coll_info[c->coll].name, size_bytes, chorus_dtype_name(c->dtype),
-          chorus_status_name(st), chorus_comm_last_error(ctx->comm));
+static const char* contender_label(const perf_ctx_t* ctx, int k, perf_coll_t coll, char* buf,
+                                   size_t buf_bytes) {
+  return ctx->contender[k].label ? ctx->contender[k].label : forced_algo(coll, buf, buf_bytes);
+}
+
+static int fail_call(perf_ctx_t* ctx, const char* what, int k, const perf_call_t* c,
+                     size_t size_bytes, chorus_status_t st) {
+  char algo[128];
+  fprintf(stderr, "chorus-perf: rank %d: %s of %s (size %zu, %s, algo %s) failed: %s: %s\n",
+          ctx->rank, what, coll_info[c->coll].name, size_bytes, chorus_dtype_name(c->dtype),
+          contender_label(ctx, k, c->coll, algo, sizeof algo), chorus_status_name(st),
+          chorus_comm_last_error(ctx->contender[k].comm));
   if (ctx->json != NULL) json_close(ctx, 0.0, chorus_status_name(st));
   return -1;
 }
@@ -332,26 +358,67 @@ static size_t call_count_for(perf_coll_t coll, size_t size_bytes, size_t elem_by
 }
 
 /* Runs the untimed checked call; sums wrong elements over ranks into *wrong. */
-static chorus_status_t check_row(perf_ctx_t* ctx, const perf_call_t* c, uint64_t* wrong) {
+static chorus_status_t check_row(perf_ctx_t* ctx, chorus_comm_t* comm, const perf_call_t* c,
+                                 uint64_t* wrong) {
   prepare_check(c, &ctx->pattern, ctx->opts.inplace);
-  chorus_status_t st = run_call(c, ctx->comm, ctx->opts.nonblocking);
+  chorus_status_t st = run_call(c, comm, ctx->opts.nonblocking);
   if (st < 0) return st;
   if (ctx->opts.corrupt) corrupt_output(c);
   uint64_t local_wrong = count_wrong(c, &ctx->pattern, ctx->opts.inplace);
-  return chorus_allreduce(&local_wrong, wrong, 1, CHORUS_UINT64, CHORUS_SUM, ctx->comm);
+  return chorus_allreduce(&local_wrong, wrong, 1, CHORUS_UINT64, CHORUS_SUM, comm);
 }
 
 /* Times warmup + iters calls; *time_us gets the average per call, maximum over ranks. */
-static chorus_status_t time_row(perf_ctx_t* ctx, const perf_call_t* c, double* time_us) {
+static chorus_status_t time_row(perf_ctx_t* ctx, chorus_comm_t* comm, const perf_call_t* c,
+                                double* time_us) {
   chorus_status_t st = CHORUS_OK;
   int nonblocking = ctx->opts.nonblocking;
-  for (int i = 0; i < ctx->opts.warmup && st >= 0; i++) st = run_call(c, ctx->comm, nonblocking);
-  if (st >= 0) st = chorus_barrier(ctx->comm);
+  for (int i = 0; i < ctx->opts.warmup && st >= 0; i++) st = run_call(c, comm, nonblocking);
+  if (st >= 0) st = chorus_barrier(comm);
   double start_us = now_us();
-  for (int i = 0; i < ctx->opts.iters && st >= 0; i++) st = run_call(c, ctx->comm, nonblocking);
+  for (int i = 0; i < ctx->opts.iters && st >= 0; i++) st = run_call(c, comm, nonblocking);
   double local_us = (now_us() - start_us) / ctx->opts.iters;
   if (st < 0) return st;
-  return chorus_allreduce(&local_us, time_us, 1, CHORUS_FLOAT64, CHORUS_MAX, ctx->comm);
+  return chorus_allreduce(&local_us, time_us, 1, CHORUS_FLOAT64, CHORUS_MAX, comm);
+}
+
+static int compare_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static double median_of(const double* values, int n) {
+  double sorted[1000];
+  memcpy(sorted, values, (size_t)n * sizeof(double));
+  qsort(sorted, (size_t)n, sizeof(double), compare_double);
+  return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
+/* Round r times every contender once, starting one further along the list each round, so
+ * that none always runs right after the same other one. */
+static chorus_status_t time_rounds(perf_ctx_t* ctx, const perf_call_t* c, int* failed_k) {
+  int n = ctx->ncontenders;
+  for (int r = 0; r < ctx->opts.rounds; r++) {
+    for (int j = 0; j < n; j++) {
+      perf_contender_t* who = &ctx->contender[(j + r) % n];
+      if (who->skipped) continue;
+      chorus_status_t st = time_row(ctx, who->comm, c, &who->round_us[r]);
+      if (st < 0) return *failed_k = (j + r) % n, st;
+    }
+  }
+  return CHORUS_OK;
+}
+
+/* "# rounds SIZE ALGO t1 t2 ...": every round's time, for scripts that want the spread. */
+static void print_rounds(const perf_ctx_t* ctx, perf_coll_t coll, size_t size_bytes) {
+  char algo[128];
+  for (int k = 0; k < ctx->ncontenders; k++) {
+    if (ctx->contender[k].skipped) continue;
+    printf("# rounds %zu %s", size_bytes, contender_label(ctx, k, coll, algo, sizeof algo));
+    for (int r = 0; r < ctx->opts.rounds; r++) printf(" %.2f", ctx->contender[k].round_us[r]);
+    printf("\n");
+  }
+  fflush(stdout);
 }
 
 /* One row: check (if asked), time, print. Returns 0, or -1 after a failed call. */
@@ -360,29 +427,46 @@ static int run_row(perf_ctx_t* ctx, perf_coll_t coll, chorus_dtype_t dtype, chor
   perf_call_t c = {.coll = coll, .count = call_count, .dtype = dtype, .op = op,
                    .root = ctx->opts.root, .rank = ctx->rank, .nranks = ctx->nranks};
   bind_buffers(&c, ctx->send_base, ctx->recv_base, ctx->opts.inplace);
-  uint64_t wrong = 0;
-  chorus_status_t st = CHORUS_OK;
-  if (ctx->opts.check && coll != PC_BARRIER) st = check_row(ctx, &c, &wrong);
-  else if (coll != PC_BARRIER) prepare_check(&c, &ctx->pattern, ctx->opts.inplace); /* no garbage */
-  if (st < 0) return fail_call(ctx, "checked call", &c, size_bytes, st);
-  double time_us = 0;
-  st = time_row(ctx, &c, &time_us);
-  if (st < 0) return fail_call(ctx, "timed call", &c, size_bytes, st);
-
-  char algo[128];
-  perf_row_t row = {.coll = coll, .size_bytes = size_bytes, .time_us = time_us, .wrong = wrong,
-                    .algo = forced_algo(coll, algo, sizeof algo)};
-  row.count = coll == PC_BARRIER ? 0 : size_bytes / chorus_dtype_size(dtype);
-  row.type = coll == PC_BARRIER ? "none" : chorus_dtype_name(dtype);
-  row.redop = coll_info[coll].reduces ? chorus_op_name(op) : "none";
-  row.algbw_gbps = time_us > 0 ? (double)size_bytes / time_us / 1e3 : 0;
-  row.busbw_gbps = row.algbw_gbps * bus_factor(coll, ctx->nranks);
-  ctx->wrong_total += wrong;
-  if (coll != PC_BARRIER) ctx->busbw_sum += row.busbw_gbps, ctx->busbw_rows++;
-  if (ctx->rank == 0) {
-    print_row(&row);
-    if (ctx->json != NULL) json_row(ctx, &row, call_count);
+  uint64_t wrong[PERF_MAX_CONTENDERS] = {0};
+  for (int k = 0; k < ctx->ncontenders; k++) {
+    perf_contender_t* who = &ctx->contender[k];
+    chorus_status_t st = CHORUS_OK;
+    who->skipped = 0;
+    if (ctx->opts.check && coll != PC_BARRIER) st = check_row(ctx, who->comm, &c, &wrong[k]);
+    else if (coll != PC_BARRIER) prepare_check(&c, &ctx->pattern, ctx->opts.inplace); /* no garbage */
+    /* Among several, one that cannot serve this call (shm across hosts) leaves the row; the
+     * choice is made before any message, the same on every rank. */
+    if (ctx->ncontenders > 1 && st >= 0 && !ctx->opts.check) st = run_call(&c, who->comm, ctx->opts.nonblocking);
+    if (ctx->ncontenders > 1 && st == CHORUS_ERR_NOT_SUPPORTED) {
+      who->skipped = 1;
+      if (ctx->rank == 0) printf("# %zu %s: not supported: %s\n", size_bytes, who->label, chorus_comm_last_error(who->comm));
+      continue;
+    }
+    if (st < 0) return fail_call(ctx, "checked call", k, &c, size_bytes, st);
   }
+  int failed_k = 0;
+  char algo[128];
+  chorus_status_t st = time_rounds(ctx, &c, &failed_k);
+  if (st < 0) return fail_call(ctx, "timed call", failed_k, &c, size_bytes, st);
+
+  for (int k = 0; k < ctx->ncontenders; k++) {
+    if (ctx->contender[k].skipped) continue;
+    double time_us = median_of(ctx->contender[k].round_us, ctx->opts.rounds);
+    perf_row_t row = {.coll = coll, .size_bytes = size_bytes, .time_us = time_us, .wrong = wrong[k],
+                      .algo = contender_label(ctx, k, coll, algo, sizeof algo)};
+    row.count = coll == PC_BARRIER ? 0 : size_bytes / chorus_dtype_size(dtype);
+    row.type = coll == PC_BARRIER ? "none" : chorus_dtype_name(dtype);
+    row.redop = coll_info[coll].reduces ? chorus_op_name(op) : "none";
+    row.algbw_gbps = time_us > 0 ? (double)size_bytes / time_us / 1e3 : 0;
+    row.busbw_gbps = row.algbw_gbps * bus_factor(coll, ctx->nranks);
+    ctx->wrong_total += wrong[k];
+    if (coll != PC_BARRIER) ctx->busbw_sum += row.busbw_gbps, ctx->busbw_rows++;
+    if (ctx->rank == 0) {
+      print_row(&row);
+      if (ctx->json != NULL) json_row(ctx, &row, call_count);
+    }
+  }
+  if (ctx->rank == 0 && ctx->opts.rounds > 1) print_rounds(ctx, coll, size_bytes);
   return 0;
 }
 
@@ -462,7 +546,52 @@ static int setup(perf_ctx_t* ctx) {
   return 0;
 }
 
+/* The contenders of -a A,B,...: a communicator each, split from the job's while CHORUS_ALGO
+ * forces its algorithm ("auto": the job's own CHORUS_ALGO, or none). A single algorithm runs on
+ * the job's communicator, forced before it was made (set_forced_algo). */
+static int make_contenders(perf_ctx_t* ctx) {
+  const perf_opts_t* o = &ctx->opts;
+  if (o->ncontenders <= 1) {
+    ctx->contender[0].label = NULL;
+    ctx->contender[0].comm = ctx->comm;
+    ctx->ncontenders = 1;
+    return 0;
+  }
+  const char* job_algo = getenv("CHORUS_ALGO");
+  char* saved = job_algo ? strdup(job_algo) : NULL;
+  int coll = 0;
+  while (!o->run_coll[coll]) coll++; /* parse_args allows one collective with a list */
+  int failed = 0;
+  for (int k = 0; k < o->ncontenders && !failed; k++) {
+    perf_contender_t* who = &ctx->contender[k];
+    who->label = o->contenders[k];
+    char value[256];
+    snprintf(value, sizeof value, "%s:%s", coll_info[coll].name, who->label);
+    if (strcmp(who->label, "auto") != 0) setenv("CHORUS_ALGO", value, 1);
+    else if (saved) setenv("CHORUS_ALGO", saved, 1);
+    else unsetenv("CHORUS_ALGO");
+    chorus_status_t st = chorus_comm_split(ctx->comm, 0, ctx->rank, &who->comm);
+    if (st < 0) {
+      fprintf(stderr, "chorus-perf: rank %d: the communicator of -a %s failed: %s: %s\n", ctx->rank,
+              who->label, chorus_status_name(st), chorus_comm_last_error(ctx->comm));
+      failed = 1;
+    } else {
+      ctx->ncontenders = k + 1;
+    }
+  }
+  if (saved) setenv("CHORUS_ALGO", saved, 1);
+  else unsetenv("CHORUS_ALGO");
+  free(saved);
+  return failed ? -1 : 0;
+}
+
 static void teardown(perf_ctx_t* ctx, int failed) {
+  for (int k = 0; k < ctx->ncontenders; k++) {
+    chorus_comm_t* own = ctx->contender[k].comm;
+    if (own == NULL || own == ctx->comm) continue;
+    if (failed) chorus_comm_abort(own);
+    chorus_comm_destroy(own);
+  }
   if (failed && ctx->comm != NULL) chorus_comm_abort(ctx->comm);
   chorus_comm_destroy(ctx->comm);
   pattern_free(&ctx->pattern);
@@ -473,7 +602,7 @@ static void teardown(perf_ctx_t* ctx, int failed) {
 }
 
 static int set_forced_algo(const perf_opts_t* o) {
-  if (o->algo == NULL) return 0;
+  if (o->algo == NULL || o->ncontenders != 1 || strcmp(o->algo, "auto") == 0) return 0;
   for (int c = 0; c < PC_COUNT; c++) {
     if (!o->run_coll[c]) continue;
     char value[256];
@@ -488,7 +617,7 @@ int main(int argc, char** argv) {
   int parsed = parse_args(argc, argv, &ctx.opts);
   if (parsed != 0) return parsed > 0 ? 0 : EXIT_BAD_USAGE;
   set_forced_algo(&ctx.opts);
-  if (setup(&ctx) != 0) return teardown(&ctx, 1), 1;
+  if (setup(&ctx) != 0 || make_contenders(&ctx) != 0) return teardown(&ctx, 1), 1;
   if (ctx.opts.root >= ctx.nranks) {
     if (ctx.rank == 0) {
       fprintf(stderr, "chorus-perf: -r %d: only %d ranks\n", ctx.opts.root, ctx.nranks);

@@ -17,6 +17,8 @@
 #include "chorus.h"
 
 #define EXIT_BAD_USAGE 2
+/* Algorithms -a may list for one run (interleaved in one process, a communicator each). */
+#define PERF_MAX_CONTENDERS 24
 
 /* ---- the collectives, as nccl-tests' struct testColl ---- */
 
@@ -72,7 +74,13 @@ typedef struct {
   chorus_dtype_t dtype;
   chorus_op_t op;
   int root;
-  const char* algo;       /* -a */
+  const char* algo;       /* -a, as given */
+  /* -a split at commas: one entry, or the contenders of an interleaved run ("auto": none
+   * forced). Point into algo_text. */
+  const char* contenders[PERF_MAX_CONTENDERS];
+  int ncontenders;
+  char algo_text[1024];
+  int rounds;             /* -k */
   const char* json_path;  /* -J */
 } perf_opts_t;
 
@@ -92,7 +100,11 @@ static void usage(FILE* out) {
     "            or all                                               [float32]\n"
     "  -o OP     sum prod max min avg, or all                         [sum]\n"
     "  -r ROOT   root of broadcast, reduce, gather, scatter           [0]\n"
-    "  -a NAME   force algorithm NAME (CHORUS_ALGO=COLLECTIVE:NAME); one collective only\n"
+    "  -a NAME   force algorithm NAME (CHORUS_ALGO=COLLECTIVE:NAME); one collective only.\n"
+    "            A list A,B,... (\"auto\": the automatic choice) times them interleaved in one\n"
+    "            job, a communicator each, taking turns call batch by call batch\n"
+    "  -k N      rounds: time each size N times (per algorithm, in turns); the row shows the\n"
+    "            median and a \"# rounds\" line every round's time                [1]\n"
     "  -z 0|1    0: blocking calls; 1: post the i-variant and wait     [0]\n"
     "  -R 0|1    1: buffers from chorus_mem_alloc (registered memory: zero-copy on one host) [0]\n"
     "  -p 0|1    0: out of place; 1: in place (sendrecv: always out of place) [0]\n"
@@ -174,6 +186,27 @@ static int parse_collective(const char* text, perf_opts_t* o) {
   return -1;
 }
 
+/* -a NAME or -a A,B,...: every name non-empty, at most PERF_MAX_CONTENDERS, no repeats. */
+static int parse_algos(const char* arg, perf_opts_t* o) {
+  if (strlen(arg) >= sizeof o->algo_text) return bad_usage("-a list too long", arg);
+  o->algo = arg;
+  snprintf(o->algo_text, sizeof o->algo_text, "%s", arg);
+  o->ncontenders = 0;
+  char* text = o->algo_text;
+  for (;;) {
+    char* comma = strchr(text, ',');
+    if (comma) *comma = '\0';
+    if (text[0] == '\0') return bad_usage("empty algorithm name in -a", arg);
+    if (o->ncontenders == PERF_MAX_CONTENDERS) return bad_usage("more than 24 algorithms in -a", arg);
+    for (int i = 0; i < o->ncontenders; i++) {
+      if (strcmp(o->contenders[i], text) == 0) return bad_usage("algorithm named twice in -a", text);
+    }
+    o->contenders[o->ncontenders++] = text;
+    if (!comma) return 0;
+    text = comma + 1;
+  }
+}
+
 static int parse_flag(int flag, const char* arg, perf_opts_t* o) {
   int n = 0;
   switch (flag) {
@@ -198,7 +231,8 @@ static int parse_flag(int flag, const char* arg, perf_opts_t* o) {
     case 'r': return parse_int(arg, 0, 1 << 30, &o->root) ? bad_usage("bad -r root", arg) : 0;
     case 'd': return parse_dtype(arg, o) ? bad_usage("unknown dtype", arg) : 0;
     case 'o': return parse_op(arg, o) ? bad_usage("unknown op", arg) : 0;
-    case 'a': o->algo = arg; return arg[0] == '\0' ? bad_usage("empty -a", arg) : 0;
+    case 'a': return parse_algos(arg, o);
+    case 'k': return parse_int(arg, 1, 1000, &o->rounds) ? bad_usage("-k needs 1..1000", arg) : 0;
     case 'J': o->json_path = arg; return 0;
     default: return -1;
   }
@@ -207,10 +241,11 @@ static int parse_flag(int flag, const char* arg, perf_opts_t* o) {
 /* Returns 0 to run, 1 after -h, -1 on bad usage (already reported). */
 static int parse_args(int argc, char** argv, perf_opts_t* o) {
   *o = (perf_opts_t){.min_bytes = 8, .max_bytes = 64u << 20, .step_factor = 2, .iters = 20,
-                     .warmup = 5, .check = 1, .dtype = CHORUS_FLOAT32, .op = CHORUS_SUM};
+                     .warmup = 5, .check = 1, .dtype = CHORUS_FLOAT32, .op = CHORUS_SUM,
+                     .rounds = 1};
   opterr = 0;
   int flag;
-  while ((flag = getopt(argc, argv, ":b:e:f:i:n:w:c:d:o:r:a:z:p:R:x:J:h")) != -1) {
+  while ((flag = getopt(argc, argv, ":b:e:f:i:n:w:c:d:o:r:a:k:z:p:R:x:J:h")) != -1) {
     if (flag == 'h') return usage(stdout), 1;
     if (flag == '?') return bad_usage("unknown flag", argv[optind - 1]);
     if (flag == ':') return bad_usage("flag needs a value", argv[optind - 1]);
@@ -223,6 +258,8 @@ static int parse_args(int argc, char** argv, perf_opts_t* o) {
   if (parse_collective(argv[optind], o) != 0) return bad_usage("unknown collective", argv[optind]);
   if (o->min_bytes > o->max_bytes) return bad_usage("-b is larger than -e", "");
   if (o->algo != NULL && o->all_colls) return bad_usage("-a needs a single collective, not", "all");
+  /* Registered memory belongs to one communicator; the contenders have one each. */
+  if (o->ncontenders > 1 && o->registered) return bad_usage("-R 1 takes a single -a algorithm, not", o->algo);
   return 0;
 }
 
