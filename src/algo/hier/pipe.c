@@ -79,9 +79,13 @@ void chorus__hier_run_free(chorus_hier_run_t* run) {
  * emulated hosts x 2 ranks at 2 Gbit/s (alternating runs): 64 MiB took 468 ms in 16 chunks
  * against 500 ms in 4; with at least half a unit (128 KiB) per rank instead of a whole one,
  * 1 MiB took 6.6-6.7 ms instead of 6.9-8.5 and 4 MiB 26.5 ms instead of 31-34; a quarter unit
- * gained nothing more and lost at 256 KiB. */
+ * gained nothing more and lost at 256 KiB. At most 2 units (512 KiB) per rank: 64 MiB in 64
+ * chunks took 424-438 ms (median 431.5 of 12 launches) against 429-444 (439.5) in 16 of 2 MiB
+ * per rank, where a chunk's reduced segment has left the cache before its rail sends it; 1 unit
+ * (128 chunks) took 460-513, 3 units 427-442; 32 MiB 214-219 against 215-229; the two-level
+ * allgather and broadcast of 64 MiB unchanged. */
 #define HIER_PIPE_CHUNKS 16
-#define HIER_PIPE_MAX_UNITS 8
+#define HIER_PIPE_MAX_UNITS 2
 
 void chorus__hier_pipe_setup(chorus_hier_pipe_t* p) {
   for (int v = 0; v < 2; v++) {
