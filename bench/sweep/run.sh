@@ -174,5 +174,6 @@ for ((i = 0; i < ${#band_list[@]}; i += 4)); do
   cat "$choice_log.$i" "$choice_log.$i.all" 2>/dev/null
 done | grep -E "\\[0\\] CHORUS DEBUG tune $coll of" | sed 's/.*tune //' | sort -u >"$out/auto_choices.txt"
 
-/usr/bin/python3 "$HERE/summarize.py" "$out/samples.csv" "$out/auto_choices.txt" "$coll" | tee "$out/table.md"
+/usr/bin/python3 "$HERE/summarize.py" "$out/samples.csv" "$out/auto_choices.txt" "$coll" \
+  "$([ $launches = 1 ] && echo launches || echo rounds)" | tee "$out/table.md"
 echo "# end $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"

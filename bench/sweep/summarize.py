@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""summarize.py SAMPLES.csv AUTO_CHOICES.txt COLL - the sweep's table (bench/sweep/run.sh).
+"""summarize.py SAMPLES.csv AUTO_CHOICES.txt COLL [MODE] - the sweep's table (bench/sweep/run.sh).
 
 SAMPLES.csv: rep,algo,bytes,us (chorus-perf's average time per call, rank 0's row). Per size:
 the median over repetitions of every contender, the fastest forced one, and auto / best, both
-as the ratio of medians and as the median of the same-repetition ratios (the machine drifts
-between repetitions, not within one). AUTO_CHOICES.txt: the tune log's lines "COLL of N bytes
-on H host(s): NAME (...)", from which the automatic row's choice per size is read.
+as the ratio of medians and as the median of the same-repetition ratios. MODE "launches" (a
+job per contender and repetition: the machine drifts between repetitions, not within one)
+judges the worst size by the same-repetition ratios; MODE "rounds" (all contenders in one job,
+taking turns) by the ratio of medians, since there a repetition's best of a dozen contenders,
+several of them one schedule, is the luckiest of their noisy samples. AUTO_CHOICES.txt: the
+tune log's lines "COLL of N bytes on H host(s): NAME (...)", from which the automatic row's
+choice per size is read.
 """
 
 import collections
@@ -24,6 +28,7 @@ def human(n):
 
 def main():
     samples_path, choices_path, coll = sys.argv[1:4]
+    by_medians = len(sys.argv) > 4 and sys.argv[4] == "rounds"
     times = collections.defaultdict(list)  # (algo, bytes) -> [us]
     by_rep = collections.defaultdict(dict)  # (rep, bytes) -> {algo: us}
     algos = []
@@ -65,14 +70,15 @@ def main():
             if rep_best:
                 same.append(got["auto"] / rep_best)
         same_ratio = statistics.median(same) if same else float("nan")
-        if same_ratio > worst[0]:
-            worst = (same_ratio, size)
+        judged = ratio if by_medians else same_ratio
+        if judged > worst[0]:
+            worst = (judged, size)
         cells = [human(size), f"{med['auto']:.2f}", choice.get(size, "?"), best, f"{cands[best]:.2f}", f"{ratio:.2f}",
                  f"{same_ratio:.2f}"] + [f"{med[a]:.2f}" if a in med else "-" for a in forced]
         print("| " + " | ".join(cells) + " |")
     if worst[1] is not None:
-        print(f"\nWorst size: {human(worst[1])}, auto at {worst[0]:.2f}x the best forced contender "
-              "(median of same-repetition ratios).")
+        how = "ratio of medians" if by_medians else "median of same-repetition ratios"
+        print(f"\nWorst size: {human(worst[1])}, auto at {worst[0]:.2f}x the best forced contender ({how}).")
 
 
 if __name__ == "__main__":
