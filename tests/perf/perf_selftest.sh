@@ -74,13 +74,22 @@ ok "the check counts a corrupted element exactly once per row and fails the run"
 # leaves every row; auto and ring get a checked row per size and a "# rounds" line of 3 times.
 two_hosts=(sh -c 'CHORUS_HOST_ID=h$((CHORUS_RANK / 2)) exec "$0" "$@"' "$PERF")
 run_job -n 4 "${two_hosts[@]}" allreduce -a auto,shm,ring -k 3 -b 8 -e 64K -f 8 -n 3 -w 1 \
-  >"$TMP/out" 2>"$TMP/err" || fail "-a auto,shm,ring: exit $? ($(cat "$TMP/err"))"
+  -J "$TMP/rounds.json" >"$TMP/out" 2>"$TMP/err" || fail "-a auto,shm,ring: exit $? ($(cat "$TMP/err"))"
 awk '/^ / { rows[$5]++; if ($9 != 0) bad = 1 }
      $1 == "#" && $2 == "rounds" { rounds[$4]++; if (NF != 7) bad = 1 }
      / shm: not supported: / { skipped++ }
      END { exit !(rows["auto"] == 5 && rows["ring"] == 5 && !("shm" in rows) && rounds["auto"] == 5 &&
                   rounds["ring"] == 5 && skipped == 5 && !bad) }' "$TMP/out" ||
   fail "-a auto,shm,ring -k 3: unexpected rows: $(cat "$TMP/out")"
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 - "$TMP/rounds.json" <<'EOF' || fail "-a ... -k 3 -J: rows lack their 3 round times"
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert sorted({r["algo"] for r in rows}) == ["auto", "ring"], rows
+for r in rows:
+    assert len(r["rounds_us"]) == 3 and abs(statistics.median(r["rounds_us"]) - r["time_us"]) < 0.01, r
+EOF
+fi
 run_job -n 4 "${two_hosts[@]}" allreduce -a ring,rd,hier -b 64 -e 4K -f 4 -n 1 -w 0 -x 1 \
   >"$TMP/out" 2>"$TMP/err"
 code=$?

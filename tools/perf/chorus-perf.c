@@ -272,7 +272,8 @@ static void json_open(perf_ctx_t* ctx, int argc, char** argv) {
   fprintf(f, "},\n \"rows\": [");
 }
 
-static void json_row(perf_ctx_t* ctx, const perf_row_t* row, size_t call_count) {
+/* rounds_us: every round's time (-k > 1), else NULL. */
+static void json_row(perf_ctx_t* ctx, const perf_row_t* row, size_t call_count, const double* rounds_us) {
   FILE* f = ctx->json;
   fprintf(f, "%s\n  {", ctx->json_rows++ ? "," : "");
   json_string(f, "collective", coll_info[row->coll].name, ", ");
@@ -281,8 +282,14 @@ static void json_row(perf_ctx_t* ctx, const perf_row_t* row, size_t call_count) 
   json_string(f, "type", row->type, ", ");
   json_string(f, "redop", row->redop, ", ");
   json_string(f, "algo", row->algo, ", ");
-  fprintf(f, "\"time_us\": %.3f, \"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"wrong\": %llu}",
+  fprintf(f, "\"time_us\": %.3f, \"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"wrong\": %llu",
           row->time_us, row->algbw_gbps, row->busbw_gbps, (unsigned long long)row->wrong);
+  if (rounds_us != NULL) {
+    fprintf(f, ", \"rounds_us\": [");
+    for (int r = 0; r < ctx->opts.rounds; r++) fprintf(f, "%s%.3f", r ? ", " : "", rounds_us[r]);
+    fprintf(f, "]");
+  }
+  fprintf(f, "}");
 }
 
 static void json_close(perf_ctx_t* ctx, double avg_busbw, const char* status) {
@@ -463,7 +470,8 @@ static int run_row(perf_ctx_t* ctx, perf_coll_t coll, chorus_dtype_t dtype, chor
     if (coll != PC_BARRIER) ctx->busbw_sum += row.busbw_gbps, ctx->busbw_rows++;
     if (ctx->rank == 0) {
       print_row(&row);
-      if (ctx->json != NULL) json_row(ctx, &row, call_count);
+      if (ctx->json != NULL)
+        json_row(ctx, &row, call_count, ctx->opts.rounds > 1 ? ctx->contender[k].round_us : NULL);
     }
   }
   if (ctx->rank == 0 && ctx->opts.rounds > 1) print_rounds(ctx, coll, size_bytes);
