@@ -16,6 +16,10 @@
 #   --rate RATE     tc tbf rate of every host link, with --hosts [2gbit]
 #   --numbering N   host or rr, with --hosts [host]
 #   --reps N        repetitions (rounds of turns, or launches per contender) [3]
+#   --small-reps N  rounds for the bands up to 256 KiB, in one-job mode [4 x --reps]: their
+#                   rounds last milliseconds, and on 4 emulated hosts single rounds of one
+#                   schedule spread 130-260 us at 16 KiB (9 rounds: medians of auto and its own
+#                   path 14% apart; 41 rounds: 4%)
 #   --launches      a job per contender and repetition instead of one per size band
 #   --min BYTES     smallest size [8]
 #   --max BYTES     largest size [64M]
@@ -38,7 +42,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CHORUS_SWEEP_BUILD_DIR:-$REPO/build}
 
 coll=allreduce ranks=2 hosts=0 rate=2gbit numbering=host reps=3 min=8 max=64M factor=8 algos=""
-out=/tmp/chorus-sweep run_timeout=600 launches=0
+out=/tmp/chorus-sweep run_timeout=600 launches=0 small_reps=""
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -52,6 +56,7 @@ while [ $# -gt 0 ]; do
     --numbering) numbering=${2:?}; shift ;;
     --reps) reps=${2:?}; shift ;;
     --launches) launches=1 ;;
+    --small-reps) small_reps=${2:?}; shift ;;
     --min) min=${2:?}; shift ;;
     --max) max=${2:?}; shift ;;
     --factor) factor=${2:?}; shift ;;
@@ -125,7 +130,7 @@ run_perf() {
 
 echo "# sweep of $coll, $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks ranks, links $rate, numbering $numbering" ||
   echo "$ranks ranks on one host"), $reps repetitions ($([ $launches = 1 ] && echo "a launch each" ||
-  echo "rounds in one job per size band")); contenders: auto $algos"
+  echo "rounds in one job per size band, ${small_reps:-$((4 * reps))} up to 256 KiB")); contenders: auto $algos"
 echo "# start $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"
 echo "rep,algo,bytes,us" >"$out/samples.csv"
 read -r -a band_list <<<"$(bands | tr '\n' ' ')"
@@ -135,8 +140,9 @@ if [ $launches = 0 ]; then
   list=$(echo "${contenders[@]}" | tr ' ' ',')
   for ((i = 0; i < ${#band_list[@]}; i += 4)); do
     b=${band_list[$i]} e=${band_list[$((i + 1))]} n=${band_list[$((i + 2))]} w=${band_list[$((i + 3))]}
-    log="$out/band.$b.out"
-    if ! run_perf "$log" "$list" "$b" "$e" "$n" "$w" -k "$reps"; then
+    log="$out/band.$b.out" rounds=$reps
+    [ "$e" -le 262144 ] && rounds=${small_reps:-$((4 * reps))}
+    if ! run_perf "$log" "$list" "$b" "$e" "$n" "$w" -k "$rounds"; then
       echo "# $b-$e: failed ($(grep -m1 -iE 'error|failed' "$log" "$log.all" 2>/dev/null | head -c 200))"
     fi
     grep -h ': not supported' "$log" | sed 's/^# [0-9]* //; s/: not supported.*//' | sort -u |
