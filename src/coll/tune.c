@@ -185,15 +185,19 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   return CHORUS_OK;
 }
 
-/* x rounded to the nearest power of two (on a log scale): the latency-bound limit comes from a
- * probe whose alpha moves by half from one launch to the next on a busy machine (50-86 us, so
- * 12-18 KB on 4 emulated hosts x 2 ranks), and a call just under it spins while the same call
- * in the next launch sleeps, at twice the time. Rounded, launches agree unless the figure sits
- * near a rounding boundary (x 1.41). */
-static double nearest_power_of_two(double x) {
+/* x rounded to a power of two on a log scale, the boundaries 2^0.4 = 1.32 above each power
+ * (not 2^0.5 = 1.41): the latency-bound limit comes from a probe whose alpha and bandwidth move
+ * from one launch to the next on a busy machine, and a call just under it spins while the same
+ * call in the next launch sleeps, and is priced for the other mode of hier. On 4 emulated hosts
+ * x 2 ranks at 2 Gbit/s the probes read 11.4-20.6 KB (49.6 us x 231 B/us .. 86 us x 240), and
+ * their most common figures, 11.4-12.7 KB, straddled the nearest-power boundary (11.59 KB): a
+ * sweep's job that read 11.46 KB took its 16 KiB calls latency-bound no longer, ran hier's rails
+ * instead of its leader mode, and took 1.36x the leader mode's time. Boundaries at 10.8 and
+ * 21.6 KB keep that whole range at 16 KiB. */
+static double rounded_power_of_two(double x) {
   if (!(x >= 1.0)) return x > 0.0 ? 1.0 : 0.0;
   double p = 1.0;
-  while (p * 1.4142135623730951 < x) p *= 2.0;
+  while (p * 1.3195079107728942 < x) p *= 2.0;
   return p;
 }
 
@@ -210,7 +214,7 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx) {
    * figure comes from the links alone, which every rank shares, never from CHORUS_SPIN_US: it
    * prices calls, and ranks that priced alike select alike (an explicit spin only changes how
    * long this rank polls). */
-  cx->spin_bytes = cx->nhosts > 1 ? nearest_power_of_two(cx->inter.alpha_us * cx->inter.bytes_per_us) : 0.0;
+  cx->spin_bytes = cx->nhosts > 1 ? rounded_power_of_two(cx->inter.alpha_us * cx->inter.bytes_per_us) : 0.0;
   /* Hosts whose ranks share cores (more ranks than CPUs on one machine): every wait for another
    * rank waits for that rank's turn on a core. A sleeping waiter pays a wake-up, priced as the
    * inter-host alpha (a message that wakes its receiver); a spinning one pays the turn, a pass

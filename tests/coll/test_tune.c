@@ -162,12 +162,14 @@ TEST(derived_figures_elsewhere) {
   ASSERT_EQ(chorus__tune_spin_us(&cx), 1000);
 }
 
-/* The latency-bound limit is one alpha of the inter-host link rounded to the nearest power of
- * two on a log scale: probes that read 47-92 us at 250 B/us (11.75-23 KB) all give 16 KiB, so
- * a 16 KiB call spins in every launch; past the boundaries (x 1.41) the next powers. */
+/* The latency-bound limit is one alpha of the inter-host link rounded to a power of two on a
+ * log scale, the boundaries 1.32x above each power: probes that read 44-86 us at 250 B/us
+ * (11-21.5 KB) all give 16 KiB, so a 16 KiB call spins in every launch; past the boundaries
+ * the next powers. The last pair is a probe of 4 emulated hosts x 2 ranks (49.6 us x 231 B/us,
+ * 11.46 KB), which rounding to the nearest power made 8 KiB. */
 TEST(latency_bound_limit_is_rounded) {
-  const double alphas[] = {46.0, 47.0, 60.0, 70.0, 92.0, 93.0, 0.002};
-  const double limits[] = {8192.0, 16384.0, 16384.0, 16384.0, 16384.0, 32768.0, 1.0};
+  const double alphas[] = {43.0, 44.0, 60.0, 70.0, 86.0, 87.0, 0.002, 49.6 * 231.0 / 250.0};
+  const double limits[] = {8192.0, 16384.0, 16384.0, 16384.0, 16384.0, 32768.0, 1.0, 16384.0};
   for (size_t i = 0; i < sizeof(alphas) / sizeof(alphas[0]); i++) {
     chorus_cost_ctx_t cx = cluster_ctx(4.0);
     cx.inter.alpha_us = alphas[i];
