@@ -554,9 +554,20 @@ static int setup(perf_ctx_t* ctx) {
   return 0;
 }
 
+/* Sets CHORUS_ALGO to force `name` for the one collective -a allows ("auto": to `job_algo`, the
+ * job's own setting, or unset). Returns setenv's status. */
+static int force_algo(const perf_opts_t* o, const char* name, const char* job_algo) {
+  if (strcmp(name, "auto") == 0) return job_algo ? setenv("CHORUS_ALGO", job_algo, 1) : unsetenv("CHORUS_ALGO");
+  int coll = 0;
+  while (coll < PC_COUNT - 1 && !o->run_coll[coll]) coll++; /* parse_args: -a takes one collective */
+  char value[256];
+  snprintf(value, sizeof value, "%s:%s", coll_info[coll].name, name);
+  return setenv("CHORUS_ALGO", value, 1);
+}
+
 /* The contenders of -a A,B,...: a communicator each, split from the job's while CHORUS_ALGO
  * forces its algorithm ("auto": the job's own CHORUS_ALGO, or none). A single algorithm runs on
- * the job's communicator, forced before it was made (set_forced_algo). */
+ * the job's communicator, forced before it was made (main). */
 static int make_contenders(perf_ctx_t* ctx) {
   const perf_opts_t* o = &ctx->opts;
   if (o->ncontenders <= 1) {
@@ -567,17 +578,11 @@ static int make_contenders(perf_ctx_t* ctx) {
   }
   const char* job_algo = getenv("CHORUS_ALGO");
   char* saved = job_algo ? strdup(job_algo) : NULL;
-  int coll = 0;
-  while (!o->run_coll[coll]) coll++; /* parse_args allows one collective with a list */
   int failed = 0;
   for (int k = 0; k < o->ncontenders && !failed; k++) {
     perf_contender_t* who = &ctx->contender[k];
     who->label = o->contenders[k];
-    char value[256];
-    snprintf(value, sizeof value, "%s:%s", coll_info[coll].name, who->label);
-    if (strcmp(who->label, "auto") != 0) setenv("CHORUS_ALGO", value, 1);
-    else if (saved) setenv("CHORUS_ALGO", saved, 1);
-    else unsetenv("CHORUS_ALGO");
+    force_algo(o, who->label, saved);
     chorus_status_t st = chorus_comm_split(ctx->comm, 0, ctx->rank, &who->comm);
     if (st < 0) {
       fprintf(stderr, "chorus-perf: rank %d: the communicator of -a %s failed: %s: %s\n", ctx->rank,
@@ -587,8 +592,7 @@ static int make_contenders(perf_ctx_t* ctx) {
       ctx->ncontenders = k + 1;
     }
   }
-  if (saved) setenv("CHORUS_ALGO", saved, 1);
-  else unsetenv("CHORUS_ALGO");
+  force_algo(o, "auto", saved);
   free(saved);
   return failed ? -1 : 0;
 }
@@ -609,22 +613,13 @@ static void teardown(perf_ctx_t* ctx, int failed) {
   }
 }
 
-static int set_forced_algo(const perf_opts_t* o) {
-  if (o->algo == NULL || o->ncontenders != 1 || strcmp(o->algo, "auto") == 0) return 0;
-  for (int c = 0; c < PC_COUNT; c++) {
-    if (!o->run_coll[c]) continue;
-    char value[256];
-    snprintf(value, sizeof value, "%s:%s", coll_info[c].name, o->algo);
-    return setenv("CHORUS_ALGO", value, 1);
-  }
-  return 0;
-}
-
 int main(int argc, char** argv) {
   static perf_ctx_t ctx;
   int parsed = parse_args(argc, argv, &ctx.opts);
   if (parsed != 0) return parsed > 0 ? 0 : EXIT_BAD_USAGE;
-  set_forced_algo(&ctx.opts);
+  /* One algorithm is forced on the job's communicator itself, before it is made. */
+  if (ctx.opts.ncontenders == 1 && strcmp(ctx.opts.contenders[0], "auto") != 0)
+    force_algo(&ctx.opts, ctx.opts.contenders[0], NULL);
   if (setup(&ctx) != 0 || make_contenders(&ctx) != 0) return teardown(&ctx, 1), 1;
   if (ctx.opts.root >= ctx.nranks) {
     if (ctx.rank == 0) {

@@ -17,7 +17,8 @@
 #include "chorus.h"
 
 #define EXIT_BAD_USAGE 2
-/* Algorithms -a may list for one run (interleaved in one process, a communicator each). */
+/* Algorithms -a may list for one run (interleaved in one process, a communicator each); the
+ * usage error names the figure. */
 #define PERF_MAX_CONTENDERS 24
 
 /* ---- the collectives, as nccl-tests' struct testColl ---- */
