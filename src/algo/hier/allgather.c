@@ -140,7 +140,7 @@ static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   double block = (double)t->args.count * (double)t->dtype_size;
-  size_t slot = chorus__conn_shm_slot_bytes(t) ? chorus__conn_shm_slot_bytes(t) : 1;
+  size_t slot = chorus__hier_cost_slot_bytes(t);
   return (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us) +
          chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * block), slot), 2.0 * L * H * block);
 }

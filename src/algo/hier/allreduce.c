@@ -33,8 +33,11 @@
  * A fused group operation (task.segs) in the rails mode with memory semantics reads its members'
  * inputs in the intra RS and writes their results in the intra AG (shm/group.c); only the
  * segments each rank carries over its rail live in the packed buffer. Otherwise it is packed.
- * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered (selection falls
- * back to a flat algorithm; a forced hier runs the flat ring and logs it once).
+ * The rails mode requires equal L on every host; on hosts of unequal size (3+1, 1+2+3: a host
+ * of one rank is its own leader) the leader mode serves every size, its pipeline cutting chunks
+ * for the most populated host. With H = 1 or one rank per host it is not offered (selection
+ * falls back to a flat algorithm; a forced hier runs the flat ring and logs it once), nor for a
+ * compressed call on unequal hosts (the flat zip serves it).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -196,12 +199,20 @@ typedef struct {
   double us;
 } hier_plan_t;
 
+/* Whether this call can run two levels: rails (and the leader mode) on hosts of equal size, the
+ * leader mode alone on hosts of unequal size; a compressed call on unequal hosts is left to the
+ * flat compressed allreduce (zip), which serves those shapes. */
+static int leaders_serve(const chorus_task_t* t) {
+  return chorus__hier_shape_ok(t) || (chorus__hier_leaders_ok(t) && !t->codec.kind);
+}
+
 /* The mode and inter-host engine, and the predicted time: per chunk of S bytes (C chunks), the
  * intra-host phases by memory semantics (shm.h's price: a flag hand-over per stage and
  * sub-chunk of one slot, bytes at memory speed) and the inter-host allreduce, which overlap
  * from chunk to chunk: T = intra + inter + (C - 1) max(intra, inter). Rails carry S/L each on
  * 1/L of the link; the leader carries S on all of it, after a reduce that reads L S. A forced
- * engine (hier/ring, hier/rhd, hier/rd) means rails; hier/leader the leader. */
+ * engine (hier/ring, hier/rhd, hier/rd) means rails; hier/leader the leader. On hosts of unequal
+ * size there are no rails: the leader mode, with the forced engine if any. */
 static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* comm_cx) {
   double bytes = (double)t->args.count * (double)t->dtype_size;
   chorus_cost_ctx_t call_cx = chorus__cost_for_call(comm_cx, bytes); /* init passes the communicator's */
@@ -209,12 +220,13 @@ static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* comm_cx
   int L = cx->max_local > 0 ? cx->max_local : 1;
   size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->pipe_unit_bytes) * t->dtype_size;
   double chunks = bytes > 0 ? (double)chorus__div_up((size_t)bytes, pipe) : 1.0, S = bytes / chunks;
-  size_t slot = chorus__conn_shm_slot_bytes(t), S_bytes = (size_t)S;
-  if (!slot) slot = 1;
+  size_t slot = chorus__hier_cost_slot_bytes(t), S_bytes = (size_t)S;
   const char* sub = t->sub_algo && t->sub_algo[0] ? t->sub_algo : NULL;
   hier_plan_t best = {0, NULL, DBL_MAX};
+  int rails = chorus__hier_shape_ok(t);
   for (int leader = 0; leader < 2; leader++) {
-    if (sub && (strcmp(sub, LEADER) == 0) != leader) continue;
+    if (!leader && !rails) continue; /* hosts of unequal size: only the leaders cross */
+    if (sub && rails && (strcmp(sub, LEADER) == 0) != leader) continue;
     chorus_link_model_t link = leader ? cx->inter : rail_link(cx, chunks);
     double inter = 0.0;
     size_t sub_chunks = chorus__div_up(S_bytes, slot), ag_chunks = chorus__div_up(S_bytes / (size_t)L, slot);
@@ -235,9 +247,9 @@ static chorus_status_t hier_init(chorus_task_t* t) {
   t->state = h;
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &h->whole);
   chorus_status_t st = CHORUS_OK;
-  if (!chorus__hier_shape_ok(t)) { /* forced on a shape it cannot serve: the flat ring */
-    CH_INFO(ALGO, t->rank, "allreduce hier: hosts of unequal size (or one host, or one rank per host): flat %s instead",
-            t->codec.kind ? "compressed allreduce" : "ring");
+  if (!leaders_serve(t)) { /* forced on a shape it cannot serve: the flat ring */
+    CH_INFO(ALGO, t->rank, "allreduce hier: no two-level schedule for one host, one rank per host, or a compressed "
+            "call on hosts of unequal size: flat %s instead", t->codec.kind ? "compressed allreduce" : "ring");
     if (t->codec.kind) {
       const chorus_ar_engine_t* zip = &chorus__hier_zip_engine;
       h->pipe.flat = (chorus_hier_run_t){zip->step, zip->free, NULL};
@@ -284,10 +296,10 @@ static const char* sub_name(size_t i) {
   return i < chorus__hier_nar_engines ? chorus__hier_ar_engines[i]->name : i == chorus__hier_nar_engines ? LEADER : NULL;
 }
 
-/* Offered on every shape, so that a forced hier on uneven hosts falls back (init) instead of
- * failing; the cost keeps automatic selection to the shapes it serves. */
+/* Offered on every shape, so that a forced hier on a shape without two levels falls back (init)
+ * instead of failing; the cost keeps automatic selection to the shapes it serves. */
 static double hier_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  if (!leaders_serve(t)) return DBL_MAX;
   if (t->codec.kind && t->codec_scope_all) return DBL_MAX; /* it keeps the host exact: zip compresses all */
   return plan(t, cx).us;
 }

@@ -1,6 +1,6 @@
 /*
  * hier/barrier.c - two-level barrier: gather the arrivals inside each host, cross hosts once
- * per host, release inside each host. For H hosts of L ranks:
+ * per host, release inside each host. For H hosts of L ranks each (or of different counts):
  *   1. intra: reduce of one byte (int8 max) over the host to the host's leader (local index
  *      h mod L on host h: core/topo.h): by memory semantics when the host's ranks share its
  *      segment (every rank raises a flag, the leader waits for them), else a binomial tree of
@@ -15,8 +15,9 @@
  * ranks never cross hosts.
  *
  * Cost (intra flag hand-over f, inter a2, lg = ceil(log2)): T = 2 f + lg(H) a2.
- * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
- * hier runs a one-byte ring allreduce over the host-ordered ring and logs it once.
+ * Hosts may hold different numbers of ranks (a host of one rank is its own leader). Requires
+ * H > 1 and some host with L > 1; otherwise it is not offered, and a forced hier runs a
+ * one-byte ring allreduce over the host-ordered ring and logs it once.
  */
 #include <float.h>
 #include <stdlib.h>
@@ -83,8 +84,8 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
                             .elem_bytes = 1,
                             .op = CHORUS_MAX,
                             .chunk_bytes = t->chunk_bytes};
-  if (!chorus__hier_shape_ok(t)) {
-    CH_INFO(ALGO, t->rank, "barrier hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
+  if (!chorus__hier_leaders_ok(t)) {
+    CH_INFO(ALGO, t->rank, "barrier hier: one host, or one rank per host: flat ring instead");
     chorus_status_t st = chorus__hier_run_ring(&b->one, CHORUS_RING_ALLREDUCE, &b->p.flat);
     if (st < 0) hbar_fini(t);
     return st;
@@ -102,7 +103,7 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
 }
 
 static double hbar_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  if (!chorus__hier_leaders_ok(t)) return DBL_MAX;
   int folded = (1 << chorus__ceil_log2(cx->nhosts)) != cx->nhosts;
   return chorus__shm_cost_us(cx, 2, 1, 0.0) + (chorus__ceil_log2(cx->nhosts) + 2.0 * folded) * cx->inter.alpha_us;
 }

@@ -48,6 +48,20 @@ static inline chorus_hier_place_t chorus__hier_place(const chorus_task_t* t) {
 /* 1 when the two-level schedule applies: several hosts, several ranks on each, all equal. */
 static inline int chorus__hier_shape_ok(const chorus_task_t* t) { return chorus__topo_has_rails(t->topo); }
 
+/* The slot size the intra-host phases are priced with: the setting, the same on every host (a
+ * host of one rank has no segment, and a rank that priced with its own would select apart). */
+static inline size_t chorus__hier_cost_slot_bytes(const chorus_task_t* t) {
+  size_t slot = chorus__conn_shm_slot_setting(t);
+  return slot ? slot : 1;
+}
+
+/* 1 when a schedule through one leader per host applies (reduce inside each host, cross among
+ * the leaders, spread inside the host again): several hosts, some with several ranks, of any
+ * sizes (a host of one rank is its own leader). */
+static inline int chorus__hier_leaders_ok(const chorus_task_t* t) {
+  return t->topo->nhosts > 1 && t->topo->max_local > 1;
+}
+
 
 /* ---- one engine run as a phase, whatever the engine (hier/pipe.c) ---- */
 typedef struct {

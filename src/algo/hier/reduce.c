@@ -151,7 +151,7 @@ static double hrd_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (bytes == 0) return 0.0;
   size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->pipe_unit_bytes) * t->dtype_size;
   double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
-  size_t slot = chorus__conn_shm_slot_bytes(t) ? chorus__conn_shm_slot_bytes(t) : 1;
+  size_t slot = chorus__hier_cost_slot_bytes(t);
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
   double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);
   double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
