@@ -7,7 +7,8 @@
 # Usage: scripts/cluster.sh [options] [--] CMD [ARGS...]
 #        scripts/cluster.sh [options] --switch-cmd [--] CMD [ARGS...]
 #   -H, --hosts H        number of hosts, 1..253 (default 2)
-#   -n, --ranks L        ranks per host (chorus-run -n; default 1)
+#   -n, --ranks L        ranks per host (chorus-run -n; default 1); L0,L1,...: one count per
+#                        host, for hosts of unequal rank counts (host numbering only)
 #   --numbering host|rr  host (default): host i has ranks i*L .. i*L+L-1; rr: round robin,
 #                        local rank l of host i is rank l*H+i (chorus-run --numbering)
 #   --rate RATE          shape every host link in both directions with tc tbf (e.g. 2gbit);
@@ -61,7 +62,13 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || die_usage "no command given"
 [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 253)) || die_usage "--hosts needs 1..253, got '$hosts'"
-[[ $ranks =~ ^[0-9]+$ ]] && ((ranks >= 1)) || die_usage "--ranks needs a number >= 1, got '$ranks'"
+[[ $ranks =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+  die_usage "--ranks needs a number >= 1, or one per host separated by commas, got '$ranks'"
+if [[ $ranks == *,* ]]; then
+  IFS=, read -r -a counts <<<"$ranks"
+  ((${#counts[@]} == hosts)) || die_usage "--ranks $ranks has ${#counts[@]} counts for $hosts hosts"
+  [ "$numbering" = host ] || die_usage "--ranks $ranks: hosts of unequal rank counts take --numbering host"
+fi
 [[ $port =~ ^[0-9]+$ ]] && ((port >= 1 && port <= 65534)) || die_usage "--port needs 1..65534, got '$port'"
 [[ $timeout =~ ^[0-9]+$ ]] && ((timeout >= 1)) || die_usage "--timeout needs whole seconds >= 1, got '$timeout'"
 case $numbering in host | rr) ;; *) die_usage "--numbering needs host or rr, got '$numbering'" ;; esac

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# test_cluster.sh - scripts/cluster.sh end to end: 2 emulated hosts x 2 ranks (numbered by host)
-# and 3 hosts x 2 ranks numbered round robin, links shaped to 2 Gbit/s, each host started by
-# its own `chorus-run --nnodes`: chorus-perf allreduce and `all` at small sizes, checked
-# bitwise (#wrong 0), and chorus-diag --topo showing the hosts and where each rank lives.
+# test_cluster.sh - scripts/cluster.sh end to end: 2 emulated hosts x 2 ranks (numbered by host),
+# 3 hosts x 2 ranks numbered round robin, and hosts of 1+2+3 and 3+1 ranks; links shaped to 2
+# Gbit/s, each host started by its own `chorus-run --nnodes`: chorus-perf allreduce, barrier and
+# `all` at small sizes, checked bitwise (#wrong 0), and chorus-diag --topo showing the hosts and
+# where each rank lives.
 # Usage: test_cluster.sh CLUSTER_SH CHORUS_RUN CHORUS_PERF CHORUS_DIAG
 set -u
 CLUSTER=$1
@@ -63,6 +64,22 @@ cluster all2x2 -H 2 -n 2 -- "$PERF" all -b 8 -e 64K -f 8 -c 1 -n 1 -w 1
 check_perf all2x2 30
 cluster all3x2rr -H 3 -n 2 --numbering rr -- "$PERF" all -b 8 -e 64K -f 8 -c 1 -n 1 -w 1
 check_perf all3x2rr 20
+
+# Hosts of unequal rank counts (-n 1,2,3: chorus-run -n with one count per host): ranks numbered
+# host by host, and the two-level leader mode (hier, forced and automatic) checked bitwise.
+cluster topo123 -H 3 -n 1,2,3 -- "$DIAG" --topo
+f=$TMP/topo123/host0.out
+grep -q "6 ranks on 3 host(s)" "$f" || fail "topo123: not 6 ranks on 3 hosts"
+for rl in 0:0:0 1:1:0 2:1:1 3:2:0 4:2:1 5:2:2; do # rank:host:local
+  IFS=: read -r r h l <<<"$rl"
+  grep -Eq "^ +$r host$h +$l +$((h + 1)) " "$f" || fail "topo123: rank $r not local rank $l of host$h"
+done
+echo "ok: 3 hosts of 1, 2 and 3 ranks: numbered host by host"
+cluster ar123 -H 3 -n 1,2,3 -- "$PERF" allreduce -b 8 -e 1M -f 16 -c 1 -n 2 -w 1 -a auto,hier,hier/ring
+check_perf ar123 15
+grep -q "not supported" "$TMP/ar123/host0.out" && fail "ar123: a contender was not supported"
+cluster bar31 -H 2 -n 3,1 -- "$PERF" barrier -c 1 -n 20 -w 2 -a auto,hier
+check_perf bar31 2
 
 # A failing rank: cluster.sh exits with its status and leaves no namespace behind.
 before=$(ip netns list | wc -l)

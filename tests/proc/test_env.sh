@@ -109,13 +109,29 @@ for numbering in host rr; do
     l=$((l + 1))
   done
 done
+# Hosts of unequal rank counts: -n 3,1,2 on host 2 of 3 runs 2 ranks, numbered 4 and 5 of 6.
+dir="$TMP/nodes-uneven"
+mkdir -p "$dir"
+timeout 20 "$RUN" --nnodes 3 --node-rank 2 --master-addr node0.example -n 3,1,2 -x OUT="$dir" "$DUMP" ||
+  fail "--nnodes run with -n 3,1,2 exited $?"
+[ "$(ls "$dir" | wc -l)" = 2 ] || fail "-n 3,1,2 on host 2: want 2 ranks, got $(ls "$dir")"
+l=0
+for r in 4 5; do
+  f="$dir/env.$r"
+  [ -f "$f" ] || fail "-n 3,1,2: no dump of rank $r: $(ls "$dir")"
+  for kv in CHORUS_RANK=$r RANK=$r CHORUS_SIZE=6 WORLD_SIZE=6 CHORUS_LOCAL_RANK=$l LOCAL_RANK=$l \
+    CHORUS_LOCAL_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=2 GROUP_WORLD_SIZE=3 NODE_RANK=2; do
+    [ "$(value "$f" "${kv%%=*}")" = "${kv#*=}" ] || fail "-n 3,1,2 rank $r: want $kv, got '$(value "$f" "${kv%%=*}")'"
+  done
+  l=$((l + 1))
+done
 dir="$TMP/nodes-secret"
 mkdir -p "$dir"
 CHORUS_SECRET=s3 timeout 20 "$RUN" --nnodes 2 --node-rank 0 --master-addr 198.18.0.1 -n 1 -x OUT="$dir" "$DUMP" ||
   fail "--nnodes run with a secret exited $?"
 [ "$(value "$dir/env.0" CHORUS_SECRET)" = s3 ] || fail "--nnodes: user CHORUS_SECRET lost"
 [ "$(value "$dir/env.0" CHORUS_ADDR)" = 198.18.0.1:29500 ] || fail "--nnodes: default port"
-ok "--nnodes/--node-rank/--master-addr/--numbering: ranks, sizes, addresses, secret"
+ok "--nnodes/--node-rank/--master-addr/--numbering/-n N0,N1,...: ranks, sizes, addresses, secret"
 
 # stdin is /dev/null: a rank that reads stdin sees EOF at once even though ours has data.
 got=$(echo "must not be read" | timeout 10 "$RUN" -n 2 sh -c 'cat; echo "eof $CHORUS_RANK"' | sort)

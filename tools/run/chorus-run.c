@@ -186,7 +186,7 @@ static void choose_cpus(job_t* job) {
  * multi-host job) spread their ranks over its CPUs instead of all pinning their first rank to
  * the first CPU: 2 nodes x 1 rank on 2 CPUs both ran on CPU 0, at half the TCP throughput of
  * the ranks left unpinned. On a machine of its own a node still gets N distinct CPUs. */
-static int cpu_slot(const options_t* o, int r) { return o->node_rank * o->nranks + r; }
+static int cpu_slot(const options_t* o, int r) { return o->rank_base + r; }
 
 /* Runs in the child between fork and exec. chorus-run has a single thread, so this is safe
  * even though execvpe may allocate while searching PATH. Never returns. */

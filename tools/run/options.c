@@ -35,6 +35,9 @@ static const char kHelp[] =
     "\n"
     "Options:\n"
     "  -n N              number of ranks on this host, 1..1024 (required)\n"
+    "  -n N0,N1,...      with --nnodes H: H counts, the ranks of every host in host order (for\n"
+    "                    hosts of unequal rank counts; the same list on every host): host I\n"
+    "                    runs N_I ranks, numbered after those of hosts 0..I-1\n"
     "  --nnodes H        the job spans H hosts, each running its own chorus-run with the same\n"
     "                    H, N, A, P and prog (default 1); the job has H*N ranks\n"
     "  --node-rank I     this host's number, 0..H-1 (required when H > 1)\n"
@@ -53,10 +56,11 @@ static const char kHelp[] =
     "  --term-delay SEC  when a rank fails, give the other ranks SEC seconds to end by\n"
     "                    themselves (e.g. to report the error their communicator raised) before\n"
     "                    they get SIGTERM (default 2; 0: at once)\n"
-    "  --bind core|none  core: pin local rank l to CPU (I*N + l) mod C of the C CPUs chorus-run\n"
-    "                    may use (I: --node-rank, 0 without --nnodes), so that spinning ranks\n"
-    "                    do not share a core or migrate (like mpirun's --bind-to core) and the\n"
-    "                    nodes of a job run on one machine spread over it; the default when N\n"
+    "  --bind core|none  core: pin local rank l to CPU (B + l) mod C of the C CPUs chorus-run\n"
+    "                    may use (B: the ranks of the hosts before this one, I*N; 0 without\n"
+    "                    --nnodes), so that spinning ranks do not share a core or migrate\n"
+    "                    (like mpirun's --bind-to core) and the nodes of a job run on one\n"
+    "                    machine spread over it; the default when N\n"
     "                    is at most C or a multiple of C, else none (uneven ranks stay free for\n"
     "                    the scheduler to balance)\n"
     "  -x VAR=VAL        set VAR=VAL in every rank (repeatable; wins over every variable below)\n"
@@ -147,6 +151,34 @@ static void add_set_var(options_t* o, char* assignment) {
   o->set_vars[o->nset_vars++] = assignment;
 }
 
+/* -n N0,N1,...: one count per node, each in 1..MAX_RANKS; this node runs its own, numbered
+ * after the ranks of the nodes before it (host numbering only: round robin over nodes of
+ * different sizes has no natural order). */
+static void set_node_counts(options_t* o) {
+  const char* at = o->node_counts;
+  long total = 0;
+  int i = 0;
+  for (; *at; i++) {
+    char* end;
+    errno = 0;
+    long v = strtol(at, &end, 10);
+    if (errno || end == at || (*end != ',' && *end != '\0') || v < 1 || v > MAX_RANKS || i >= o->nnodes)
+      usage_error("-n %s: expected %d counts of ranks in 1..%d, one per host (--nnodes), separated by commas",
+                  o->node_counts, o->nnodes, MAX_RANKS);
+    if (i < o->node_rank) o->rank_base += (int)v;
+    if (i == o->node_rank) o->nranks = (int)v;
+    total += v;
+    at = *end ? end + 1 : end;
+    if (*end && !*at) usage_error("-n %s: a count is missing after the last comma", o->node_counts);
+  }
+  if (i != o->nnodes)
+    usage_error("-n %s has %d counts, but --nnodes is %d", o->node_counts, i, o->nnodes);
+  if (o->numbering == NUMBER_RR)
+    usage_error("--numbering rr needs the same -n on every host, not a list (%s)", o->node_counts);
+  if (total > MAX_JOB_RANKS) usage_error("-n %s is more than %d ranks", o->node_counts, MAX_JOB_RANKS);
+  o->job_size = (int)total;
+}
+
 /* The multi-node options make sense together or not at all. */
 static void check_nodes(options_t* o) {
   if (o->node_rank >= o->nnodes)
@@ -165,9 +197,15 @@ static void check_nodes(options_t* o) {
   } else if (o->master_port >= 0) {
     usage_error("--master-port needs --master-addr");
   }
-  if ((long)o->nnodes * o->nranks > MAX_JOB_RANKS)
-    usage_error("--nnodes %d x -n %d ranks is more than %d", o->nnodes, o->nranks, MAX_JOB_RANKS);
   if (o->node_rank < 0) o->node_rank = 0;
+  if (o->node_counts) {
+    set_node_counts(o);
+  } else {
+    if ((long)o->nnodes * o->nranks > MAX_JOB_RANKS)
+      usage_error("--nnodes %d x -n %d ranks is more than %d", o->nnodes, o->nranks, MAX_JOB_RANKS);
+    o->rank_base = o->node_rank * o->nranks;
+    o->job_size = o->nnodes * o->nranks;
+  }
   if (o->master_port < 0) o->master_port = DEFAULT_MASTER_PORT;
 }
 
@@ -201,6 +239,12 @@ void parse_options(int argc, char** argv, options_t* o) {
     switch (c) {
       case 'h': fputs(kHelp, stdout); exit(0);
       case 'n':
+        if (strchr(optarg, ',')) { /* one count per node: checked against --nnodes later */
+          o->node_counts = optarg;
+          o->nranks = -1;
+          break;
+        }
+        o->node_counts = NULL;
         if (parse_int(optarg, 1, MAX_RANKS, &n) != 0)
           usage_error("-n needs a number of ranks in 1..%d, got '%s'", MAX_RANKS, optarg);
         o->nranks = (int)n;
@@ -244,6 +288,8 @@ void parse_options(int argc, char** argv, options_t* o) {
     }
   }
   if (o->nranks == 0) usage_error("the number of ranks (-n N) is required");
+  if (o->node_counts && o->nnodes == 1)
+    usage_error("-n %s: a list of counts needs --nnodes (one count per host)", o->node_counts);
   check_nodes(o);
   if (optind >= argc) usage_error("no program given");
   o->prog_argv = argv + optind;

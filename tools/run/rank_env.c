@@ -153,12 +153,11 @@ int make_rank_env(const options_t* o, rank_env_t* env) {
 }
 
 int global_rank(const options_t* o, int local) {
-  return o->numbering == NUMBER_RR ? local * o->nnodes + o->node_rank
-                                   : o->node_rank * o->nranks + local;
+  return o->numbering == NUMBER_RR ? local * o->nnodes + o->node_rank : o->rank_base + local;
 }
 
 void set_rank_vars(rank_env_t* env, const options_t* o, int local) {
-  int rank = global_rank(o, local), size = o->nnodes * o->nranks;
+  int rank = global_rank(o, local), size = o->job_size;
   const int values[NRANK_VARS] = {rank, size, local, o->nranks, rank, size, local, o->nranks,
                                   o->node_rank, o->nnodes, o->node_rank};
   for (size_t i = 0; i < NRANK_VARS; i++)

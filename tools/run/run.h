@@ -13,6 +13,9 @@
 
 typedef struct {
   int nranks;            /* -n: ranks on this node */
+  const char* node_counts; /* -n N0,N1,...: ranks of every node, in node order (NULL: N each) */
+  int rank_base;         /* the job rank of this node's first rank (host numbering) */
+  int job_size;          /* ranks in the whole job */
   int nnodes;            /* --nnodes (1: a single-node job) */
   int node_rank;         /* --node-rank, in [0, nnodes) */
   const char* master_addr; /* --master-addr: where rank 0 serves the store; NULL: loopback */
@@ -38,8 +41,9 @@ void parse_options(int argc, char** argv, options_t* o);
 enum { NUMBER_HOST, NUMBER_RR };
 
 /* The job-wide rank of local rank `local` on this node: NUMBER_HOST numbers the ranks of a
- * node consecutively (node i holds i*L .. i*L+L-1, as torchrun does), NUMBER_RR deals them
- * round robin (local rank l of node i is l*H + i). */
+ * node consecutively (node i holds i*L .. i*L+L-1, as torchrun does; with -n N0,N1,... node i
+ * holds the N_i ranks after those of nodes 0..i-1), NUMBER_RR deals them round robin (local
+ * rank l of node i is l*H + i). */
 int global_rank(const options_t* o, int local);
 
 /* ---- environment of the ranks ---- */
