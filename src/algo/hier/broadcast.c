@@ -25,8 +25,12 @@
  * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
  *   t1 = shm broadcast of P, t2 = lg(H) (a2 + P/(L b2)), t3 = shm allgather of P (shm.h's
  *   prices), T = t1 + t2 + t3 + (C-1) max(t1, t2, t3).
- * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
- * hier runs the flat binomial tree over the host-ordered ring and logs it once.
+ * Hosts of unequal size have no rails: there one head per host carries the whole buffer (the
+ * root on its host, the host's leader elsewhere, core/topo.h): 2. binomial broadcast of chunk c
+ * among the heads from the root's host, 3. broadcast of chunk c from the head over its host
+ * (memory semantics, or a binomial tree); t2 = lg(H) (a2 + P/b2), t3 = shm broadcast of P.
+ * Requires H > 1 and L > 1 on some host; otherwise it is not offered, and a forced hier runs
+ * the flat binomial tree over the host-ordered ring and logs it once.
  */
 #include <float.h>
 #include <stdlib.h>
@@ -43,11 +47,30 @@ typedef struct {
   chorus_hier_place_t at;
   int root_host, root_local;
   int shm;              /* intra-host steps by memory semantics */
+  int heads;            /* hosts of unequal size: one head per host carries the whole chunk */
+  int* head_ranks;      /* heads: the root on its host, each other host's leader */
+  chorus_group_t head_group;
   size_t* seg_first;    /* L entries each: the segments of a chunk */
   size_t* seg_len;
   size_t pipe, nchunks;
   chorus_hier_pipe_t p;
 } hbc_t;
+
+/* Hosts of unequal size: the heads pass the chunk along a binomial tree (stage 1), then each
+ * head spreads it over its host (stage 2). The root reads its send buffer in both. */
+static chorus_status_t start_heads_stage(chorus_task_t* t, hbc_t* h, chorus_sched_t* s, int stage, size_t off,
+                                         chorus_hier_run_t* run) {
+  int head_local = t->topo->host_of[t->rank] == h->root_host ? h->root_local : h->at.lead;
+  if (t->rank == t->args.root) s->sendbuf = (const char*)h->whole.sendbuf + off;
+  if (stage == 1) {
+    s->group = h->head_group;
+    s->root = h->root_host;
+    return chorus__hier_run_bcast(s, run);
+  }
+  s->group = h->at.host;
+  s->root = head_local;
+  return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(s, run);
+}
 
 static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
   hbc_t* h = ctx;
@@ -57,6 +80,7 @@ static chorus_status_t hbc_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.recvbuf = (char*)h->whole.recvbuf + off;
   s.sendbuf = s.recvbuf;
   s.count = len;
+  if (h->heads) return start_heads_stage(t, h, &s, stage, off, run);
   if (stage == 0) { /* the root's host: from the root */
     s.group = h->at.host;
     s.root = h->root_local;
@@ -89,6 +113,7 @@ static void hbc_fini(chorus_task_t* t) {
   if (h) {
     chorus__hier_pipe_free(&h->p);
     free(h->seg_first);
+    free(h->head_ranks);
   }
   free(h);
   t->state = NULL;
@@ -101,8 +126,8 @@ static chorus_status_t hbc_init(chorus_task_t* t) {
   const chorus_topo_t* topo = t->topo;
   chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
   chorus_status_t st = CHORUS_OK;
-  if (!chorus__hier_shape_ok(t)) {
-    CH_INFO(ALGO, t->rank, "broadcast hier: hosts of unequal size (or one host, or one rank per host): flat binomial tree instead");
+  if (!chorus__hier_leaders_ok(t)) {
+    CH_INFO(ALGO, t->rank, "broadcast hier: one host, or one rank per host: flat binomial tree instead");
     st = chorus__hier_run_bcast(&h->whole, &h->p.flat);
     if (st < 0) hbc_fini(t);
     return st;
@@ -123,11 +148,21 @@ static chorus_status_t hbc_init(chorus_task_t* t) {
     return CHORUS_ERR_NO_MEMORY;
   }
   h->seg_len = h->seg_first + h->at.L;
-  int on_root_host = topo->host_of[t->rank] == h->root_host;
+  int on_root_host = topo->host_of[t->rank] == h->root_host, is_head = 1;
+  h->heads = !chorus__hier_shape_ok(t);
+  if (h->heads) {
+    h->head_ranks = malloc((size_t)topo->nhosts * sizeof(int));
+    if (!h->head_ranks) {
+      hbc_fini(t);
+      return CHORUS_ERR_NO_MEMORY;
+    }
+    h->head_group = chorus__hier_heads(topo, t->args.root, t->rank, h->head_ranks);
+    is_head = h->head_group.me >= 0;
+  }
   h->p = (chorus_hier_pipe_t){.nchunks = h->nchunks,
                               .nstages = 3,
                               .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
-                              .active = {on_root_host, 1, !on_root_host},
+                              .active = {on_root_host && !h->heads, is_head, !on_root_host || h->heads},
                               .start = hbc_start,
                               .ctx = h};
   chorus__hier_pipe_setup(&h->p);
@@ -135,13 +170,18 @@ static chorus_status_t hbc_init(chorus_task_t* t) {
 }
 
 static double hbc_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  if (!chorus__hier_leaders_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   size_t bytes = t->args.count * t->dtype_size;
   if (bytes == 0) return 0.0;
   size_t pipe = chorus__hier_pipe_elems(bytes, 1, L, t->pipe_unit_bytes);
   double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
   size_t slot = chorus__hier_cost_slot_bytes(t);
+  if (!chorus__hier_shape_ok(t)) { /* the heads: the whole chunk along the tree, then the host */
+    double across = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / cx->inter.bytes_per_us);
+    double spread = chorus__shm_cost_us(cx, 1, chorus__div_up((size_t)P, slot), 2.0 * P);
+    return across + spread + (chunks - 1.0) * (across > spread ? across : spread);
+  }
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
   double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
   double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);

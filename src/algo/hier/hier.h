@@ -48,6 +48,15 @@ static inline chorus_hier_place_t chorus__hier_place(const chorus_task_t* t) {
 /* 1 when the two-level schedule applies: several hosts, several ranks on each, all equal. */
 static inline int chorus__hier_shape_ok(const chorus_task_t* t) { return chorus__topo_has_rails(t->topo); }
 
+/* One head per host for a rooted call on hosts of unequal size (broadcast, reduce): the root
+ * on its host, the host's leader elsewhere. ranks: nhosts entries the caller owns; returns the
+ * heads' group, with `rank`'s index (its host's) or -1. */
+static inline chorus_group_t chorus__hier_heads(const chorus_topo_t* topo, int root, int rank, int* ranks) {
+  int root_host = topo->host_of[root], me = topo->host_of[rank];
+  for (int host = 0; host < topo->nhosts; host++) ranks[host] = host == root_host ? root : topo->leaders[host];
+  return (chorus_group_t){topo->nhosts, ranks[me] == rank ? me : -1, ranks};
+}
+
 /* The slot size the intra-host phases are priced with: the setting, the same on every host (a
  * host of one rank has no segment, and a rank that priced with its own would select apart). */
 static inline size_t chorus__hier_cost_slot_bytes(const chorus_task_t* t) {

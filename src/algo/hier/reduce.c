@@ -25,8 +25,12 @@
  * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
  *   t1, t3 = shm reduce-scatter and allgather of P (shm.h's prices), t2 = lg(H) (a2 + P/(L b2)),
  *   T = t1 + t2 + t3 + (C-1) max(t1 + t3, t2)   (the root's host runs both intra phases).
- * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
- * hier runs the flat binomial tree over the host-ordered ring and logs it once.
+ * Hosts of unequal size have no rails: there one head per host carries the whole buffer (the
+ * root on its host, the host's leader elsewhere, hier.h): 1. reduce of chunk c to the head over
+ * its host (memory semantics, or a binomial tree), 2. binomial reduce of it among the heads to
+ * the root, where avg divides; t1 = shm reduce of P, t2 = lg(H) (a2 + P/b2).
+ * Requires H > 1 and L > 1 on some host; otherwise it is not offered, and a forced hier runs
+ * the flat binomial tree over the host-ordered ring and logs it once.
  */
 #include <float.h>
 #include <stdlib.h>
@@ -45,11 +49,32 @@ typedef struct {
   char* work;    /* where the chunks are reduced: the root's recvbuf, else `scratch` */
   char* scratch;
   int shm;              /* intra-host steps by memory semantics */
+  int heads;            /* hosts of unequal size: one head per host carries the whole chunk */
+  int* head_ranks;      /* heads: the root on its host, each other host's leader */
+  chorus_group_t head_group;
   size_t* seg_first;    /* L entries each: the segments of a chunk */
   size_t* seg_len;
   size_t pipe, nchunks;
   chorus_hier_pipe_t p;
 } hrd_t;
+
+/* Hosts of unequal size: each host reduces the chunk to its head (stage 0), the heads reduce
+ * it along a binomial tree to the root (stage 1), where avg divides. */
+static chorus_status_t start_heads_stage(chorus_task_t* t, hrd_t* h, chorus_sched_t* s, int stage, size_t off,
+                                         chorus_hier_run_t* run) {
+  if (stage == 1) {
+    s->group = h->head_group;
+    s->root = h->root_host;
+    s->sendbuf = s->recvbuf;
+    return chorus__hier_run_reduce(s, run);
+  }
+  int on_root_host = t->topo->host_of[t->rank] == h->root_host;
+  s->group = h->at.host;
+  s->root = on_root_host ? t->topo->local_of[t->args.root] : h->at.lead;
+  s->sendbuf = (const char*)h->whole.sendbuf + off;
+  s->avg_divisor = 0; /* partial sums: the heads' tree divides */
+  return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(s, run);
+}
 
 static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
   hrd_t* h = ctx;
@@ -60,6 +85,7 @@ static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.recvbuf = h->work + first_elem * es;
   s.count = len;
   for (int i = 0; i < h->at.L; i++) chorus__ring_segment(len, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
+  if (h->heads) return start_heads_stage(t, h, &s, stage, first_elem * es, run);
   if (stage == 0) { /* reduce-scatter the chunk over the host */
     s.group = h->at.host;
     s.sendbuf = (const char*)h->whole.sendbuf + first_elem * es;
@@ -94,6 +120,7 @@ static void hrd_fini(chorus_task_t* t) {
     chorus__hier_pipe_free(&h->p);
     free(h->scratch);
     free(h->seg_first);
+    free(h->head_ranks);
   }
   free(h);
   t->state = NULL;
@@ -105,8 +132,8 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
   t->state = h;
   const chorus_topo_t* topo = t->topo;
   chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
-  if (!chorus__hier_shape_ok(t)) {
-    CH_INFO(ALGO, t->rank, "reduce hier: hosts of unequal size (or one host, or one rank per host): flat binomial tree instead");
+  if (!chorus__hier_leaders_ok(t)) {
+    CH_INFO(ALGO, t->rank, "reduce hier: one host, or one rank per host: flat binomial tree instead");
     chorus_status_t st = chorus__hier_run_reduce(&h->whole, &h->p.flat);
     if (st < 0) hrd_fini(t);
     return st;
@@ -133,11 +160,21 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
     }
     h->work = h->scratch;
   }
-  int on_root_host = topo->host_of[t->rank] == h->root_host;
+  int on_root_host = topo->host_of[t->rank] == h->root_host, is_head = 1;
+  h->heads = !chorus__hier_shape_ok(t);
+  if (h->heads) {
+    h->head_ranks = malloc((size_t)topo->nhosts * sizeof(int));
+    if (!h->head_ranks) {
+      hrd_fini(t);
+      return CHORUS_ERR_NO_MEMORY;
+    }
+    h->head_group = chorus__hier_heads(topo, t->args.root, t->rank, h->head_ranks);
+    is_head = h->head_group.me >= 0;
+  }
   h->p = (chorus_hier_pipe_t){.nchunks = h->nchunks,
                               .nstages = 3,
                               .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
-                              .active = {1, 1, on_root_host},
+                              .active = {1, is_head, on_root_host && !h->heads},
                               .start = hrd_start,
                               .ctx = h};
   chorus__hier_pipe_setup(&h->p);
@@ -145,13 +182,18 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
 }
 
 static double hrd_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  if (!chorus__hier_leaders_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   size_t bytes = t->args.count * t->dtype_size;
   if (bytes == 0) return 0.0;
   size_t pipe = chorus__hier_pipe_elems(t->args.count, t->dtype_size, L, t->pipe_unit_bytes) * t->dtype_size;
   double chunks = (double)chorus__div_up(bytes, pipe), P = (double)bytes / chunks;
   size_t slot = chorus__hier_cost_slot_bytes(t);
+  if (!chorus__hier_shape_ok(t)) { /* the heads: the host's reduce, then the whole chunk along the tree */
+    double gather = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), L * P);
+    double across = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / cx->inter.bytes_per_us + P / cx->reduce_bytes_per_us);
+    return gather + across + (chunks - 1.0) * (gather > across ? gather : across);
+  }
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
   double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);
   double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
