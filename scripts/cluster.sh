@@ -9,8 +9,9 @@
 #   -H, --hosts H        number of hosts, 1..253 (default 2)
 #   -n, --ranks L        ranks per host (chorus-run -n; default 1); L0,L1,...: one count per
 #                        host, for hosts of unequal rank counts (host numbering only)
-#   --numbering host|rr  host (default): host i has ranks i*L .. i*L+L-1; rr: round robin,
-#                        local rank l of host i is rank l*H+i (chorus-run --numbering)
+#   --numbering host|rr  host (default): host i has ranks i*L .. i*L+L-1 (with a list, the
+#                        L_i ranks after those of hosts 0..i-1); rr: round robin, local rank
+#                        l of host i is rank l*H+i (chorus-run --numbering)
 #   --rate RATE          shape every host link in both directions with tc tbf (e.g. 2gbit);
 #                        this kernel has no netem, so there is no added delay
 #   --port P             the bootstrap store's port on 198.18.0.1 (default 29500; PyTorch's

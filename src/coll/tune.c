@@ -1,9 +1,10 @@
 /*
- * tune.c - the cost model's link figures (tune.h). The probe: on host 0, its first two ranks
- * exchange messages over shared memory (the intra-host link), and host 0's first rank does the
- * same with host 1's first rank over TCP (the inter-host link); 8-byte exchanges give alpha,
- * 256 KiB (intra) and 1 MiB (inter) ones the bandwidth; host 0's first rank publishes both in the bootstrap store and
- * every rank reads them from there. About 1 ms on one host, a few ms over 2 Gbit/s links.
+ * tune.c - the cost model's link figures (tune.h). The probe: the first two ranks of the first
+ * host that has two (host 0's, usually) exchange messages over shared memory (the intra-host
+ * link), and host 0's first rank does the same with host 1's first rank over TCP (the
+ * inter-host link); 8-byte exchanges give alpha, 256 KiB (intra) and 1 MiB (inter) ones the
+ * bandwidth; host 0's first rank publishes both in the bootstrap store and every rank reads
+ * them from there. About 1 ms on one host, a few ms over 2 Gbit/s links.
  * Exchanges are the library's own point-to-point calls (numbered per pair, so the collective
  * sequence still starts at 0 for the user; outside CHORUS_ALGO, the recorder and the trace).
  */
@@ -73,18 +74,61 @@ typedef struct {
   double intra[2], inter[2]; /* alpha_us, bytes_per_us; 0: not measured */
 } tune_figures_t;
 
+static chorus_status_t store_failed(chorus_comm_t* comm, chorus_store_t* store, chorus_status_t st) {
+  chorus__comm_set_error(comm, "rank %d: sharing the link probe's figures: %s", comm->rank,
+                         st == CHORUS_ERR_PROTOCOL ? "malformed entry" : chorus__store_error(store));
+  return st;
+}
+
+static chorus_status_t store_get_exact(chorus_comm_t* comm, chorus_store_t* store, const char* key, void* out,
+                                       size_t size) {
+  void* val = NULL;
+  size_t len = 0;
+  chorus_status_t st = chorus__store_get(store, key, &val, &len, comm->connect_timeout_sec * 1000);
+  if (st >= 0 && len == size) memcpy(out, val, size);
+  else if (st >= 0) st = CHORUS_ERR_PROTOCOL;
+  free(val);
+  return st < 0 ? store_failed(comm, store, st) : st;
+}
+
+/* The intra-host pair: the first two ranks of the first host that has two (host 0 may have one
+ * rank: 1+2+3; the defaults would then price every hand-over inside a host). -1 when none. */
+static int intra_pair(const chorus_topo_t* topo, int* second) {
+  for (int h = 0; h < topo->nhosts; h++)
+    if (topo->host_size[h] > 1) {
+      *second = topo->by_host[topo->host_first[h] + 1];
+      return topo->by_host[topo->host_first[h]];
+    }
+  *second = -1;
+  return -1;
+}
+
 static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   const chorus_topo_t* topo = &comm->topo;
   int a = topo->by_host[0];
-  int b = topo->host_size[0] > 1 ? topo->by_host[1] : -1;
+  int b = -1, ia = intra_pair(topo, &b);
   int c = topo->nhosts > 1 ? topo->rails[1] : -1; /* host 1's first rank */
   tune_figures_t f = {{0, 0}, {0, 0}};
   chorus_link_model_t m;
   chorus_status_t st = CHORUS_OK;
-  if (b >= 0 && (comm->rank == a || comm->rank == b)) {
-    st = chorus__tune_measure(comm, comm->rank == a ? b : a, PROBE_SMALL_REPS, PROBE_INTRA_BYTES, &m);
+  char key[80];
+  /* A pair away from host 0 measures after the inter-host pair (one probe at a time on cores
+   * they may share) and hands its figures to host 0's first rank, which publishes them all. */
+  if (ia >= 0 && ia != a && ia != c && comm->rank == ia) {
+    snprintf(key, sizeof(key), "%016llx/tune/inter_done", (unsigned long long)comm->comm_id);
+    char done;
+    if (c >= 0) st = store_get_exact(comm, store, key, &done, 1);
+    if (st < 0) return st;
+  }
+  if (ia >= 0 && (comm->rank == ia || comm->rank == b)) {
+    st = chorus__tune_measure(comm, comm->rank == ia ? b : ia, PROBE_SMALL_REPS, PROBE_INTRA_BYTES, &m);
     f.intra[0] = m.alpha_us;
     f.intra[1] = m.bytes_per_us;
+    snprintf(key, sizeof(key), "%016llx/tune/intra", (unsigned long long)comm->comm_id);
+    if (st >= 0 && ia != a && comm->rank == ia) {
+      st = chorus__store_set(store, key, f.intra, sizeof(f.intra));
+      if (st < 0) return store_failed(comm, store, st);
+    }
   }
   if (st >= 0 && c >= 0 && (comm->rank == a || comm->rank == c)) {
     st = chorus__tune_measure(comm, comm->rank == a ? c : a, PROBE_SMALL_REPS, PROBE_INTER_BYTES, &m);
@@ -92,21 +136,17 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     f.inter[1] = m.bytes_per_us;
   }
   if (st < 0) return st;
-  char key[64];
+  if (comm->rank == a && ia >= 0 && ia != a) {
+    snprintf(key, sizeof(key), "%016llx/tune/inter_done", (unsigned long long)comm->comm_id);
+    if (ia != c && (st = chorus__store_set(store, key, "1", 1)) < 0) return store_failed(comm, store, st);
+    snprintf(key, sizeof(key), "%016llx/tune/intra", (unsigned long long)comm->comm_id);
+    if ((st = store_get_exact(comm, store, key, f.intra, sizeof(f.intra))) < 0) return st;
+  }
   snprintf(key, sizeof(key), "%016llx/tune", (unsigned long long)comm->comm_id);
   if (comm->rank == a) {
     st = chorus__store_set(store, key, &f, sizeof(f));
-  } else {
-    void* val = NULL;
-    size_t len = 0;
-    st = chorus__store_get(store, key, &val, &len, comm->connect_timeout_sec * 1000);
-    if (st >= 0 && len == sizeof(f)) memcpy(&f, val, sizeof(f));
-    else if (st >= 0) st = CHORUS_ERR_PROTOCOL;
-    free(val);
-  }
-  if (st < 0) {
-    chorus__comm_set_error(comm, "rank %d: sharing the link probe's figures: %s", comm->rank,
-                           st == CHORUS_ERR_PROTOCOL ? "malformed entry" : chorus__store_error(store));
+    if (st < 0) return store_failed(comm, store, st);
+  } else if ((st = store_get_exact(comm, store, key, &f, sizeof(f))) < 0) {
     return st;
   }
   if (f.intra[1] > 0) comm->cost.intra = (chorus_link_model_t){f.intra[0], f.intra[1]};

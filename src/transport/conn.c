@@ -260,7 +260,9 @@ char* chorus__conn_shm_slot(const chorus_task_t* t, int local, int which) {
 
 size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t) { return tp_of(t)->shm.slot_bytes; }
 
-size_t chorus__conn_shm_slot_setting(const chorus_task_t* t) { return t->comm->shm_slot_bytes; }
+size_t chorus__conn_shm_slot_setting(const chorus_task_t* t) {
+  return t->comm->shm_enabled ? t->comm->shm_slot_bytes : 0;
+}
 
 size_t chorus__conn_shm_stream_bytes(const chorus_task_t* t) { return t->comm->shm_stream_bytes; }
 

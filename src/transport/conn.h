@@ -87,9 +87,10 @@ int chorus__conn_shm_host(const chorus_task_t* t, int* nlocal, int* me);
 chorus_shm_ctl_t* chorus__conn_shm_ctl(const chorus_task_t* t, int local);
 char* chorus__conn_shm_slot(const chorus_task_t* t, int local, int which);
 size_t chorus__conn_shm_slot_bytes(const chorus_task_t* t);
-/* The slot size the settings give every host (CHORUS_SHM_SLOT_SIZE, resolved), whether or not
- * this host has a segment: what prices across hosts must use, since ranks that price alike
- * select alike and a host of one rank (or one whose segment failed) has no slots. */
+/* The slot size the settings give every host (CHORUS_SHM_SLOT_SIZE, resolved; 0 under
+ * CHORUS_SHM_DISABLE), whether or not this host has a segment: what prices across hosts must
+ * use, since ranks that price alike select alike and a host of one rank (or one whose segment
+ * failed) has no slots. */
 size_t chorus__conn_shm_slot_setting(const chorus_task_t* t);
 /* CHORUS_SHM_STREAM_BYTES, resolved: calls touching this many bytes of a rank's buffers or more
  * write their output past the cache (0: never). */

@@ -75,11 +75,27 @@ for rl in 0:0:0 1:1:0 2:1:1 3:2:0 4:2:1 5:2:2; do # rank:host:local
   grep -Eq "^ +$r host$h +$l +$((h + 1)) " "$f" || fail "topo123: rank $r not local rank $l of host$h"
 done
 echo "ok: 3 hosts of 1, 2 and 3 ranks: numbered host by host"
-cluster ar123 -H 3 -n 1,2,3 -- "$PERF" allreduce -b 8 -e 1M -f 16 -c 1 -n 2 -w 1 -a auto,hier,hier/ring
+# The two-level schedules must really run there (a fallback to a flat algorithm would give the
+# same results): every rank logs its hier allreduce's mode, and no fallback line appears.
+debug=(--run-opt -x --run-opt CHORUS_LOG_LEVEL=debug --run-opt -x --run-opt CHORUS_LOG_SUBSYS=algo)
+cluster ar123 -H 3 -n 1,2,3 "${debug[@]}" -- "$PERF" allreduce -b 8 -e 1M -f 16 -c 1 -n 2 -w 1 -a auto,hier,hier/ring
 check_perf ar123 15
-grep -q "not supported" "$TMP/ar123/host0.out" && fail "ar123: a contender was not supported"
-cluster bar31 -H 2 -n 3,1 -- "$PERF" barrier -c 1 -n 20 -w 2 -a auto,hier
+for h in 0 1 2; do
+  grep -q "allreduce hier: leader" "$TMP/ar123/host$h.out" || fail "ar123: host$h ran no hier leader mode"
+  grep -q "flat .* instead" "$TMP/ar123/host$h.out" && fail "ar123: host$h fell back to a flat algorithm"
+done
+grep -q "allreduce hier: leader (one rank per host carries all), ring across hosts" "$TMP/ar123/host0.out" ||
+  fail "ar123: hier/ring did not run the ring among the leaders"
+cluster bc31 -H 2 -n 3,1 "${debug[@]}" -- "$PERF" broadcast -b 8 -e 1M -f 32 -c 1 -n 2 -w 1 -a hier
+check_perf bc31 4
+cluster rd31 -H 2 -n 3,1 "${debug[@]}" -- "$PERF" reduce -b 8 -e 1M -f 32 -c 1 -n 2 -w 1 -a hier
+check_perf rd31 4
+cluster bar31 -H 2 -n 3,1 "${debug[@]}" -- "$PERF" barrier -c 1 -n 20 -w 2 -a auto,hier
 check_perf bar31 2
+for name in bc31 rd31 bar31; do
+  grep -q "flat .* instead" "$TMP/$name/host0.out" "$TMP/$name/host1.out" && fail "$name: fell back to a flat algorithm"
+done
+echo "ok: hosts of unequal size run the two-level schedules (no fallback)"
 
 # A failing rank: cluster.sh exits with its status and leaves no namespace behind.
 before=$(ip netns list | wc -l)

@@ -51,6 +51,8 @@ expect_usage_error "-n 3,1: a list of counts needs --nnodes" -n 3,1 "${STARTER[@
 expect_usage_error "-n 3,1,2: expected 2 counts of ranks in 1\.\.1024" --nnodes 2 --node-rank 0 --master-addr h -n 3,1,2 "${STARTER[@]}"
 expect_usage_error "-n 3,0: expected 2 counts" --nnodes 2 --node-rank 0 --master-addr h -n 3,0 "${STARTER[@]}"
 expect_usage_error "-n 3,x: expected 2 counts" --nnodes 2 --node-rank 0 --master-addr h -n 3,x "${STARTER[@]}"
+expect_usage_error "-n 3,\+1: expected 2 counts" --nnodes 2 --node-rank 0 --master-addr h -n 3,+1 "${STARTER[@]}"
+expect_usage_error "-n 3, 1: expected 2 counts" --nnodes 2 --node-rank 0 --master-addr h -n "3, 1" "${STARTER[@]}"
 expect_usage_error "-n 3,: a count is missing after the last comma" --nnodes 2 --node-rank 0 --master-addr h -n 3, "${STARTER[@]}"
 expect_usage_error "-n 3,1 has 2 counts, but --nnodes is 3" --nnodes 3 --node-rank 0 --master-addr h -n 3,1 "${STARTER[@]}"
 expect_usage_error "--numbering rr needs the same -n on every host" --nnodes 2 --node-rank 0 --master-addr h --numbering rr -n 3,1 "${STARTER[@]}"

@@ -39,7 +39,8 @@ static const char kHelp[] =
     "                    hosts of unequal rank counts; the same list on every host): host I\n"
     "                    runs N_I ranks, numbered after those of hosts 0..I-1\n"
     "  --nnodes H        the job spans H hosts, each running its own chorus-run with the same\n"
-    "                    H, N, A, P and prog (default 1); the job has H*N ranks\n"
+    "                    H, N, A, P and prog (default 1); the job has H*N ranks (the sum of\n"
+    "                    the counts with -n N0,N1,...)\n"
     "  --node-rank I     this host's number, 0..H-1 (required when H > 1)\n"
     "  --master-addr A   host name or address of node 0, reachable from every host (required\n"
     "                    when H > 1): rank 0 serves the bootstrap store at A:P\n"
@@ -60,20 +61,21 @@ static const char kHelp[] =
     "                    may use (B: the ranks of the hosts before this one, I*N; 0 without\n"
     "                    --nnodes), so that spinning ranks do not share a core or migrate\n"
     "                    (like mpirun's --bind-to core) and the nodes of a job run on one\n"
-    "                    machine spread over it; the default when N\n"
-    "                    is at most C or a multiple of C, else none (uneven ranks stay free for\n"
-    "                    the scheduler to balance)\n"
+    "                    machine spread over it; the default when N is at most C or a\n"
+    "                    multiple of C, else none (uneven ranks stay free for the scheduler to\n"
+    "                    balance)\n"
     "  -x VAR=VAL        set VAR=VAL in every rank (repeatable; wins over every variable below)\n"
     "  -h, --help        show this text\n"
     "Options must come before prog; `--` ends them.\n"
     "\n"
-    "Environment of local rank l (l = 0..N-1) on node I, job rank r (see --numbering):\n"
-    "  CHORUS_RANK=r CHORUS_SIZE=H*N CHORUS_LOCAL_RANK=l CHORUS_LOCAL_SIZE=N\n"
+    "Environment of local rank l (l = 0..N-1) on node I, job rank r (see --numbering), job\n"
+    "size S (H*N, or the sum of -n N0,N1,...; N is then this node's count):\n"
+    "  CHORUS_RANK=r CHORUS_SIZE=S CHORUS_LOCAL_RANK=l CHORUS_LOCAL_SIZE=N\n"
     "  CHORUS_ADDR=127.0.0.1:PORT   free port for the bootstrap store that rank 0 serves\n"
     "                               (with --master-addr: A:P)\n"
     "  CHORUS_SECRET=HEX            32 random hex characters, the same in every rank (not set\n"
     "                               when H > 1, see below)\n"
-    "  RANK=r WORLD_SIZE=H*N LOCAL_RANK=l LOCAL_WORLD_SIZE=N          (for PyTorch)\n"
+    "  RANK=r WORLD_SIZE=S LOCAL_RANK=l LOCAL_WORLD_SIZE=N            (for PyTorch)\n"
     "  GROUP_RANK=I GROUP_WORLD_SIZE=H NODE_RANK=I                    (as torchrun, Lightning)\n"
     "  MASTER_ADDR=127.0.0.1 MASTER_PORT=PORT2   (another free port)  (for PyTorch)\n"
     "                               (with --master-addr: A and P+1)\n"
@@ -161,7 +163,8 @@ static void set_node_counts(options_t* o) {
   for (; *at; i++) {
     char* end;
     errno = 0;
-    long v = strtol(at, &end, 10);
+    long v = *at >= '0' && *at <= '9' ? strtol(at, &end, 10) : -1;
+    if (v < 0) end = (char*)at;
     if (errno || end == at || (*end != ',' && *end != '\0') || v < 1 || v > MAX_RANKS || i >= o->nnodes)
       usage_error("-n %s: expected %d counts of ranks in 1..%d, one per host (--nnodes), separated by commas",
                   o->node_counts, o->nnodes, MAX_RANKS);

@@ -14,7 +14,7 @@
  * Every rank's sockets carry only 1/L of the data: 2(H-1)/H * N/L per rank crosses hosts, and
  * every host link carries 2(H-1)/H * N, the least any allreduce can, spread over L rails.
  * Latency-bound sizes take the leader mode instead (hier/leader forces it): 1. reduce of the
- * chunk to the host's leader by memory semantics (local index h mod L on host h: core/topo.h),
+ * chunk to the host's leader by memory semantics (local index h mod its size on host h: core/topo.h),
  * 2. allreduce among the leaders alone (half the processes wake per message, each with the
  * whole link), 3. broadcast back.
  *
@@ -173,7 +173,7 @@ static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx, double chunks)
  * cheapest of those chosen automatically (engines.c). */
 static const chorus_ar_engine_t* pick_engine(const chorus_task_t* t, const chorus_cost_ctx_t* cx,
                                              const chorus_link_model_t* link, double bytes, double* us_out) {
-  if (t->codec.kind != CHORUS_CODEC_NONE) { /* only the rails cross hosts: they carry the codec's form */
+  if (t->codec.kind != CHORUS_CODEC_NONE) { /* only the inter-host phase crosses: it carries the codec's form */
     *us_out = chorus__zip_cost_us(&t->codec, bytes, cx->nhosts, cx, link);
     return &chorus__hier_zip_engine;
   }

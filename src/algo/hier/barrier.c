@@ -2,19 +2,20 @@
  * hier/barrier.c - two-level barrier: gather the arrivals inside each host, cross hosts once
  * per host, release inside each host. For H hosts of L ranks each (or of different counts):
  *   1. intra: reduce of one byte (int8 max) over the host to the host's leader (local index
- *      h mod L on host h: core/topo.h): by memory semantics when the host's ranks share its
- *      segment (every rank raises a flag, the leader waits for them), else a binomial tree of
- *      messages;
+ *      h mod its size on host h: core/topo.h): by memory semantics when the host's ranks share
+ *      its segment (every rank raises a flag, the leader waits for them), else a binomial tree
+ *      of messages;
  *   2. inter, the leaders only: recursive-doubling allreduce of that byte among them;
  *   3. intra: broadcast of the byte from the leader over the host (a flag, or a binomial tree).
  * A rank leaves once step 3 reaches it, which is after its host's leader finished step 2,
  * which needs every host's leader to have finished step 1, i.e. every rank to have entered.
  * The bytes carry nothing (they live in the state); one byte because empty transfers are
  * skipped on both sides. Bytes that cross hosts: one byte per round of recursive doubling, on
- * the leaders only (ceil(log2 H) rounds, two more when H is not a power of two); the other
- * ranks never cross hosts.
+ * the leaders only (log2 of the largest power of two within H rounds, two more when H is not
+ * a power of two, to fold the rest in and out); the other ranks never cross hosts.
  *
- * Cost (intra flag hand-over f, inter a2, lg = ceil(log2)): T = 2 f + lg(H) a2.
+ * Cost (intra flag hand-over f, inter a2, p = the largest power of two within H):
+ * T = 2 f + (log2 p + (H > p ? 2 : 0)) a2.
  * Hosts may hold different numbers of ranks (a host of one rank is its own leader). Requires
  * H > 1 and some host with L > 1; otherwise it is not offered, and a forced hier runs a
  * one-byte ring allreduce over the host-ordered ring and logs it once.
@@ -24,6 +25,7 @@
 
 #include "algo/algos.h"
 #include "algo/hier/hier.h"
+#include "algo/rd/rd.h"
 #include "algo/ring/ring.h"
 #include "algo/shm/group.h"
 #include "algo/shm/shm.h"
@@ -104,8 +106,9 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
 
 static double hbar_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_leaders_ok(t)) return DBL_MAX;
-  int folded = (1 << chorus__ceil_log2(cx->nhosts)) != cx->nhosts;
-  return chorus__shm_cost_us(cx, 2, 1, 0.0) + (chorus__ceil_log2(cx->nhosts) + 2.0 * folded) * cx->inter.alpha_us;
+  chorus_rd_shape_t sh;
+  chorus__rd_shape(&sh, 0, cx->nhosts);
+  return chorus__shm_cost_us(cx, 2, 1, 0.0) + (sh.rounds + (sh.rem ? 2.0 : 0.0)) * cx->inter.alpha_us;
 }
 
 const chorus_algo_t chorus__algo_hier_barrier = {

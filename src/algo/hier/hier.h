@@ -45,7 +45,7 @@ static inline chorus_hier_place_t chorus__hier_place(const chorus_task_t* t) {
   return at;
 }
 
-/* 1 when the two-level schedule applies: several hosts, several ranks on each, all equal. */
+/* 1 when the rails apply: several hosts, several ranks on each, all equal. */
 static inline int chorus__hier_shape_ok(const chorus_task_t* t) { return chorus__topo_has_rails(t->topo); }
 
 /* One head per host for a rooted call on hosts of unequal size (broadcast, reduce): the root
@@ -58,7 +58,10 @@ static inline chorus_group_t chorus__hier_heads(const chorus_topo_t* topo, int r
 }
 
 /* The slot size the intra-host phases are priced with: the setting, the same on every host (a
- * host of one rank has no segment, and a rank that priced with its own would select apart). */
+ * host of one rank has no segment, and a rank that priced with its own would select apart).
+ * Under CHORUS_SHM_DISABLE, 1: the intra-host steps then run over TCP, which these prices (of
+ * memory semantics) do not describe, and the sub-chunks of one byte keep hier out of automatic
+ * selection, as before. */
 static inline size_t chorus__hier_cost_slot_bytes(const chorus_task_t* t) {
   size_t slot = chorus__conn_shm_slot_setting(t);
   return slot ? slot : 1;
