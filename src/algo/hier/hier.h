@@ -6,6 +6,8 @@
 #ifndef CHORUS_ALGO_HIER_H
 #define CHORUS_ALGO_HIER_H
 
+#include <stdlib.h>
+
 #include "algo/common.h"
 
 /* A flat allreduce engine, as a phase: in place on s->recvbuf (s->sendbuf == s->recvbuf). */
@@ -49,12 +51,16 @@ static inline chorus_hier_place_t chorus__hier_place(const chorus_task_t* t) {
 static inline int chorus__hier_shape_ok(const chorus_task_t* t) { return chorus__topo_has_rails(t->topo); }
 
 /* One head per host for a rooted call on hosts of unequal size (broadcast, reduce): the root
- * on its host, the host's leader elsewhere. ranks: nhosts entries the caller owns; returns the
- * heads' group, with `rank`'s index (its host's) or -1. */
-static inline chorus_group_t chorus__hier_heads(const chorus_topo_t* topo, int root, int rank, int* ranks) {
-  int root_host = topo->host_of[root], me = topo->host_of[rank];
-  for (int host = 0; host < topo->nhosts; host++) ranks[host] = host == root_host ? root : topo->leaders[host];
-  return (chorus_group_t){topo->nhosts, ranks[me] == rank ? me : -1, ranks};
+ * on its host, the host's leader elsewhere. *ranks gets nhosts entries (the caller frees them),
+ * *group the heads with this rank's index (its host's) or -1. -1 when out of memory. */
+static inline int chorus__hier_heads(const chorus_task_t* t, int** ranks, chorus_group_t* group) {
+  const chorus_topo_t* topo = t->topo;
+  int root_host = topo->host_of[t->args.root], me = topo->host_of[t->rank];
+  *ranks = malloc((size_t)topo->nhosts * sizeof(int));
+  if (!*ranks) return -1;
+  for (int host = 0; host < topo->nhosts; host++) (*ranks)[host] = host == root_host ? t->args.root : topo->leaders[host];
+  *group = (chorus_group_t){topo->nhosts, (*ranks)[me] == t->rank ? me : -1, *ranks};
+  return 0;
 }
 
 /* The slot size the intra-host phases are priced with: the setting, the same on every host (a

@@ -160,17 +160,13 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
     }
     h->work = h->scratch;
   }
-  int on_root_host = topo->host_of[t->rank] == h->root_host, is_head = 1;
+  int on_root_host = topo->host_of[t->rank] == h->root_host;
   h->heads = !chorus__hier_shape_ok(t);
-  if (h->heads) {
-    h->head_ranks = malloc((size_t)topo->nhosts * sizeof(int));
-    if (!h->head_ranks) {
-      hrd_fini(t);
-      return CHORUS_ERR_NO_MEMORY;
-    }
-    h->head_group = chorus__hier_heads(topo, t->args.root, t->rank, h->head_ranks);
-    is_head = h->head_group.me >= 0;
+  if (h->heads && chorus__hier_heads(t, &h->head_ranks, &h->head_group) < 0) {
+    hrd_fini(t);
+    return CHORUS_ERR_NO_MEMORY;
   }
+  int is_head = !h->heads || h->head_group.me >= 0;
   h->p = (chorus_hier_pipe_t){.nchunks = h->nchunks,
                               .nstages = 3,
                               .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
