@@ -91,6 +91,12 @@ static chorus_status_t store_get_exact(chorus_comm_t* comm, chorus_store_t* stor
   return st < 0 ? store_failed(comm, store, st) : st;
 }
 
+/* The store key of one of the probe's entries: "<comm id>/tune" + what. */
+static const char* probe_key(const chorus_comm_t* comm, const char* what, char* key, size_t len) {
+  snprintf(key, len, "%016llx/tune%s", (unsigned long long)comm->comm_id, what);
+  return key;
+}
+
 /* The intra-host pair: the first two ranks of the first host that has two (host 0 may have one
  * rank: 1+2+3; the defaults would then price every hand-over inside a host). -1 when none. */
 static int intra_pair(const chorus_topo_t* topo, int* second) {
@@ -115,18 +121,16 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   /* A pair away from host 0 measures after the inter-host pair (one probe at a time on cores
    * they may share) and hands its figures to host 0's first rank, which publishes them all. */
   if (ia >= 0 && ia != a && ia != c && comm->rank == ia) {
-    snprintf(key, sizeof(key), "%016llx/tune/inter_done", (unsigned long long)comm->comm_id);
     char done;
-    if (c >= 0) st = store_get_exact(comm, store, key, &done, 1);
+    if (c >= 0) st = store_get_exact(comm, store, probe_key(comm, "/inter_done", key, sizeof(key)), &done, 1);
     if (st < 0) return st;
   }
   if (ia >= 0 && (comm->rank == ia || comm->rank == b)) {
     st = chorus__tune_measure(comm, comm->rank == ia ? b : ia, PROBE_SMALL_REPS, PROBE_INTRA_BYTES, &m);
     f.intra[0] = m.alpha_us;
     f.intra[1] = m.bytes_per_us;
-    snprintf(key, sizeof(key), "%016llx/tune/intra", (unsigned long long)comm->comm_id);
     if (st >= 0 && ia != a && comm->rank == ia) {
-      st = chorus__store_set(store, key, f.intra, sizeof(f.intra));
+      st = chorus__store_set(store, probe_key(comm, "/intra", key, sizeof(key)), f.intra, sizeof(f.intra));
       if (st < 0) return store_failed(comm, store, st);
     }
   }
@@ -137,12 +141,12 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   }
   if (st < 0) return st;
   if (comm->rank == a && ia >= 0 && ia != a) {
-    snprintf(key, sizeof(key), "%016llx/tune/inter_done", (unsigned long long)comm->comm_id);
-    if (ia != c && (st = chorus__store_set(store, key, "1", 1)) < 0) return store_failed(comm, store, st);
-    snprintf(key, sizeof(key), "%016llx/tune/intra", (unsigned long long)comm->comm_id);
-    if ((st = store_get_exact(comm, store, key, f.intra, sizeof(f.intra))) < 0) return st;
+    if (ia != c && (st = chorus__store_set(store, probe_key(comm, "/inter_done", key, sizeof(key)), "1", 1)) < 0)
+      return store_failed(comm, store, st);
+    if ((st = store_get_exact(comm, store, probe_key(comm, "/intra", key, sizeof(key)), f.intra, sizeof(f.intra))) < 0)
+      return st;
   }
-  snprintf(key, sizeof(key), "%016llx/tune", (unsigned long long)comm->comm_id);
+  probe_key(comm, "", key, sizeof(key));
   if (comm->rank == a) {
     st = chorus__store_set(store, key, &f, sizeof(f));
     if (st < 0) return store_failed(comm, store, st);

@@ -106,9 +106,7 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
 
 static double hbar_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_leaders_ok(t)) return DBL_MAX;
-  chorus_rd_shape_t sh;
-  chorus__rd_shape(&sh, 0, cx->nhosts);
-  return chorus__shm_cost_us(cx, 2, 1, 0.0) + (sh.rounds + (sh.rem ? 2.0 : 0.0)) * cx->inter.alpha_us;
+  return chorus__shm_cost_us(cx, 2, 1, 0.0) + chorus__rd_steps(cx->nhosts) * cx->inter.alpha_us;
 }
 
 const chorus_algo_t chorus__algo_hier_barrier = {

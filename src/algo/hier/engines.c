@@ -46,10 +46,7 @@ static void rd_free(void* state) { chorus__rd_allreduce_free(state); }
  * for 3 hosts, which ceil(log2 n) + 2 priced at 4, so that the leaders of 1+2+3 emulated hosts
  * took the ring (4 steps of a start-up each): 136-190 us at 8 bytes against rd's 39-75. */
 static double rd_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link) {
-  chorus_rd_shape_t sh;
-  chorus__rd_shape(&sh, 0, n);
-  int steps = sh.rounds + (sh.rem ? 2 : 0);
-  return steps * (link->alpha_us + bytes / link->bytes_per_us + bytes / cx->reduce_bytes_per_us);
+  return chorus__rd_steps(n) * (link->alpha_us + bytes / link->bytes_per_us + bytes / cx->reduce_bytes_per_us);
 }
 static const chorus_ar_engine_t rd_engine = {"rd", rd_start, rd_step, rd_free, rd_cost, 1};
 

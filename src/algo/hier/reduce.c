@@ -84,8 +84,8 @@ static chorus_status_t hrd_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.tag_base = chorus__hier_tag(stage, chunk);
   s.recvbuf = h->work + first_elem * es;
   s.count = len;
-  for (int i = 0; i < h->at.L; i++) chorus__ring_segment(len, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
   if (h->heads) return start_heads_stage(t, h, &s, stage, first_elem * es, run);
+  for (int i = 0; i < h->at.L; i++) chorus__ring_segment(len, h->at.L, i, &h->seg_first[i], &h->seg_len[i]);
   if (stage == 0) { /* reduce-scatter the chunk over the host */
     s.group = h->at.host;
     s.sendbuf = (const char*)h->whole.sendbuf + first_elem * es;

@@ -36,6 +36,14 @@ static inline void chorus__rd_shape(chorus_rd_shape_t* sh, int me, int n) {
   }
 }
 
+/* The exchanges recursive doubling over n members runs in sequence, for the cost model: the
+ * rounds of the largest power of two within n, and a fold in and out for the rest. */
+static inline int chorus__rd_steps(int n) {
+  chorus_rd_shape_t sh;
+  chorus__rd_shape(&sh, 0, n);
+  return sh.rounds + (sh.rem ? 2 : 0);
+}
+
 /* Rounds whose partners share a host, for the cost model: over the host-ordered ring of equal
  * hosts of L = 2^j ranks and a power-of-two n, masks 1 .. L/2 pair ranks of one host, so the
  * first j rounds stay inside the hosts and only the other rounds cross (0 otherwise). */
