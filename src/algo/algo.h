@@ -69,6 +69,11 @@ typedef struct {
  * algorithms price each phase with its own level. */
 typedef struct chorus_cost_ctx_s {
   chorus_link_model_t intra, inter, flat;
+  /* The inter-host link while the first rank of every host sends to the next host's and
+   * receives from the previous one's at once, as a host-ordered ring keeps every host link (the
+   * probe's pattern on 3 hosts or more; 0: not measured). Where a rank's share of a core, not
+   * the wire, sets a stream's pace, one pair alone overstates it: flat takes the lower figure. */
+  double inter_ring_bytes_per_us;
   /* What a flat algorithm whose every rank talks across hosts at once sees (rd, rhd, direct,
    * dbtree, bruck, ...): the L ranks of a host share its link, so each gets 1/L of it. A
    * host-ordered ring crosses with one rank per host and sees `flat`. */

@@ -4,7 +4,9 @@
  * link), and host 0's first rank does the same with host 1's first rank over TCP (the
  * inter-host link); 8-byte exchanges give alpha, 256 KiB (intra) and 1 MiB (inter) ones the
  * bandwidth; host 0's first rank publishes both in the bootstrap store and every rank reads
- * them from there. About 1 ms on one host, a few ms over 2 Gbit/s links.
+ * them from there. On 3 hosts or more, the first rank of every host then sends 1 MiB to the next
+ * host's and receives from the previous one's, all at once (the ring figure, algo.h). About 1 ms
+ * on one host, a few tens of ms over 2 Gbit/s links.
  * Exchanges are the library's own point-to-point calls (numbered per pair, so the collective
  * sequence still starts at 0 for the user; outside CHORUS_ALGO, the recorder and the trace).
  */
@@ -36,12 +38,12 @@ static int cmp_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-/* Microseconds of each of reps exchanges of `bytes` with peer, sorted. */
-static chorus_status_t time_exchanges(chorus_comm_t* comm, int peer, size_t bytes, int reps, char* buf,
+/* Microseconds of each of reps exchanges of `bytes` (sent to `to`, received from `from`), sorted. */
+static chorus_status_t time_exchanges(chorus_comm_t* comm, int to, int from, size_t bytes, int reps, char* buf,
                                       double* us) {
   for (int i = -1; i < reps; i++) { /* one warm-up */
     uint64_t t0 = chorus__now_ns();
-    chorus_status_t st = chorus__sendrecv_internal(buf, bytes, peer, buf + bytes, bytes, peer, comm);
+    chorus_status_t st = chorus__sendrecv_internal(buf, bytes, to, buf + bytes, bytes, from, comm);
     if (st < 0) return st;
     if (i >= 0) us[i] = (double)(chorus__now_ns() - t0) / 1e3;
   }
@@ -55,23 +57,41 @@ chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, si
   double* us = calloc((size_t)reps, sizeof(double));
   chorus_status_t st = buf && us ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
   double small = 0, big = 0;
-  if (st >= 0) st = time_exchanges(comm, peer, 8, reps, buf, us);
+  if (st >= 0) st = time_exchanges(comm, peer, peer, 8, reps, buf, us);
   if (st >= 0) small = us[reps / 2];
-  if (st >= 0) st = time_exchanges(comm, peer, big_bytes, reps < PROBE_BIG_REPS ? reps : PROBE_BIG_REPS, buf, us);
+  if (st >= 0) st = time_exchanges(comm, peer, peer, big_bytes, reps < PROBE_BIG_REPS ? reps : PROBE_BIG_REPS, buf, us);
   if (st >= 0) big = us[0];
   free(buf);
   free(us);
   if (st < 0) return st;
-  /* An exchange moves a message each way at once: its time is one transfer's. */
   out->alpha_us = small > 0.1 ? small : 0.1;
-  out->bytes_per_us = (double)big_bytes / (big > small + 1.0 ? big - small : 1.0);
+  out->bytes_per_us = chorus__tune_bytes_per_us(big_bytes, big, out->alpha_us);
   return CHORUS_OK;
+}
+
+double chorus__tune_bytes_per_us(size_t bytes, double us, double alpha_us) {
+  /* An exchange moves a message each way at once: its time is one transfer's. */
+  return (double)bytes / (us > alpha_us + 1.0 ? us - alpha_us : 1.0);
+}
+
+chorus_status_t chorus__tune_ring_us(chorus_comm_t* comm, size_t bytes, int reps, double* fastest_us) {
+  const chorus_topo_t* topo = &comm->topo;
+  int H = topo->nhosts, h = topo->host_of[comm->rank];
+  char* buf = calloc(2, bytes);
+  double* us = calloc((size_t)reps, sizeof(double));
+  chorus_status_t st = buf && us ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
+  if (st >= 0) st = time_exchanges(comm, topo->rails[(h + 1) % H], topo->rails[(h + H - 1) % H], bytes, reps, buf, us);
+  if (st >= 0) *fastest_us = us[0];
+  free(buf);
+  free(us);
+  return st;
 }
 
 /* ---- the probe, shared through the store ---- */
 
 typedef struct {
   double intra[2], inter[2]; /* alpha_us, bytes_per_us; 0: not measured */
+  double inter_ring;         /* bytes_per_us; 0: not measured */
 } tune_figures_t;
 
 static chorus_status_t store_failed(chorus_comm_t* comm, chorus_store_t* store, chorus_status_t st) {
@@ -109,12 +129,42 @@ static int intra_pair(const chorus_topo_t* topo, int* second) {
   return -1;
 }
 
+/* The ring figure (algo.h), on 3 hosts or more: the first rank of every host exchanges with its
+ * neighbours once host 0's first rank says through the store that the pairs are done (they
+ * measure alone), each keeps its fastest exchange, and host 0's takes the slowest host's (the
+ * slowest link sets a ring's pace). Called by the first rank of every host; *bytes_per_us is
+ * set on host 0's, from its alpha_us. */
+static chorus_status_t ring_probe(chorus_comm_t* comm, chorus_store_t* store, double alpha_us, double* bytes_per_us) {
+  int H = comm->topo.nhosts, h = comm->topo.host_of[comm->rank];
+  char key[80], what[32], go = 1;
+  chorus_status_t st;
+  probe_key(comm, "/ring_go", key, sizeof(key));
+  if (h == 0 && (st = chorus__store_set(store, key, &go, 1)) < 0) return store_failed(comm, store, st);
+  if (h > 0 && (st = store_get_exact(comm, store, key, &go, 1)) < 0) return st;
+  double us = 0;
+  if ((st = chorus__tune_ring_us(comm, PROBE_INTER_BYTES, PROBE_BIG_REPS, &us)) < 0) return st;
+  if (h > 0) {
+    snprintf(what, sizeof(what), "/ring/%d", h);
+    st = chorus__store_set(store, probe_key(comm, what, key, sizeof(key)), &us, sizeof(us));
+    return st < 0 ? store_failed(comm, store, st) : st;
+  }
+  for (int i = 1; i < H; i++) {
+    double theirs = 0;
+    snprintf(what, sizeof(what), "/ring/%d", i);
+    if ((st = store_get_exact(comm, store, probe_key(comm, what, key, sizeof(key)), &theirs, sizeof(theirs))) < 0)
+      return st;
+    if (theirs > us) us = theirs;
+  }
+  *bytes_per_us = chorus__tune_bytes_per_us(PROBE_INTER_BYTES, us, alpha_us);
+  return CHORUS_OK;
+}
+
 static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   const chorus_topo_t* topo = &comm->topo;
   int a = topo->by_host[0];
   int b = -1, ia = intra_pair(topo, &b);
   int c = topo->nhosts > 1 ? topo->rails[1] : -1; /* host 1's first rank */
-  tune_figures_t f = {{0, 0}, {0, 0}};
+  tune_figures_t f = {{0, 0}, {0, 0}, 0};
   chorus_link_model_t m;
   chorus_status_t st = CHORUS_OK;
   char key[80];
@@ -146,6 +196,9 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     if ((st = store_get_exact(comm, store, probe_key(comm, "/intra", key, sizeof(key)), f.intra, sizeof(f.intra))) < 0)
       return st;
   }
+  if (topo->nhosts >= 3 && topo->local_of[comm->rank] == 0 &&
+      (st = ring_probe(comm, store, f.inter[0], &f.inter_ring)) < 0)
+    return st;
   probe_key(comm, "", key, sizeof(key));
   if (comm->rank == a) {
     st = chorus__store_set(store, key, &f, sizeof(f));
@@ -155,6 +208,7 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   }
   if (f.intra[1] > 0) comm->cost.intra = (chorus_link_model_t){f.intra[0], f.intra[1]};
   if (f.inter[1] > 0) comm->cost.inter = (chorus_link_model_t){f.inter[0], f.inter[1]};
+  comm->cost.inter_ring_bytes_per_us = f.inter_ring;
   return CHORUS_OK;
 }
 
@@ -184,11 +238,13 @@ static chorus_status_t read_file(chorus_comm_t* comm, const char* path) {
     if (sscanf(line, " %15s %lf %lf", level, &alpha, &beta) != 3 || !(alpha >= 0) || !(beta > 0)) bad = 1;
     else if (strcmp(level, "intra") == 0) comm->cost.intra = (chorus_link_model_t){alpha, beta};
     else if (strcmp(level, "inter") == 0) comm->cost.inter = (chorus_link_model_t){alpha, beta};
+    else if (strcmp(level, "inter_ring") == 0) comm->cost.inter_ring_bytes_per_us = beta;
     else bad = 1;
   }
   fclose(f);
   if (bad) {
-    chorus__comm_set_error(comm, "CHORUS_TUNE=%s: line %d is not \"intra|inter ALPHA_US BYTES_PER_US\"", path, lineno);
+    chorus__comm_set_error(comm, "CHORUS_TUNE=%s: line %d is not \"intra|inter|inter_ring ALPHA_US BYTES_PER_US\"",
+                           path, lineno);
     return CHORUS_ERR_INVALID_ARG;
   }
   return CHORUS_OK;
@@ -220,12 +276,14 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTRA, "CHORUS_LINK_INTRA", &comm->cost.intra);
   if (st >= 0) st = apply_variable(comm, CHORUS_PARAM_LINK_INTER, "CHORUS_LINK_INTER", &comm->cost.inter);
   if (st < 0) return st;
+  /* A link given by a variable is the whole figure: a measured ring's would undercut it. */
+  if (chorus__param_str(CHORUS_PARAM_LINK_INTER)[0]) comm->cost.inter_ring_bytes_per_us = 0.0;
   chorus__tune_derive(&comm->cost);
   comm->spin_small_us = comm->spin_by_link ? chorus__tune_spin_us(&comm->cost) : comm->spin_us;
-  CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us; waits spin %d us, "
-          "%d us for calls of up to %.0f bytes", source, comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us,
-          comm->cost.inter.alpha_us, comm->cost.inter.bytes_per_us, comm->spin_us, comm->spin_small_us,
-          comm->cost.spin_bytes);
+  CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us (%.0f B/us in a "
+          "ring of hosts); waits spin %d us, %d us for calls of up to %.0f bytes", source, comm->cost.intra.alpha_us,
+          comm->cost.intra.bytes_per_us, comm->cost.inter.alpha_us, comm->cost.inter.bytes_per_us,
+          comm->cost.flat.bytes_per_us, comm->spin_us, comm->spin_small_us, comm->cost.spin_bytes);
   return CHORUS_OK;
 }
 
@@ -250,6 +308,12 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx) {
   int shared_cores = cx->nhosts > 1 && cx->machine_oversub > 1.0;
   cx->flat = cx->nhosts > 1 ? cx->inter : cx->intra;
   cx->spread = cx->flat;
+  /* Flat algorithms keep several host links busy at once (a host-ordered ring or a chain, every
+   * one), which one probe pair does not (on 2 hosts its exchange does): 4 emulated hosts x 2
+   * ranks on 2 cores at 10 Gbit/s, one pair read 625 B/us while the flat ring moved 300 per
+   * stream and took 24 ms for 4 MiB, priced at 12.2 against hier's 11.8 (hier took 9.5). */
+  if (cx->nhosts >= 3 && cx->inter_ring_bytes_per_us > 0.0 && cx->inter_ring_bytes_per_us < cx->flat.bytes_per_us)
+    cx->flat.bytes_per_us = cx->inter_ring_bytes_per_us;
   /* Across hosts, latency-bound calls spin through their waits (chorus__tune_spin_us): those
    * whose bytes one link carries within a message's start-up. Larger ones wait longer than any
    * spin and sleep after the one-host spin, leaving the cores to the ranks (and the kernel's

@@ -18,6 +18,14 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store);
 chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes,
                                      chorus_link_model_t* out);
 
+/* Bandwidth from an exchange of `bytes` each way that took `us`, of which alpha_us start-up. */
+double chorus__tune_bytes_per_us(size_t bytes, double us, double alpha_us);
+
+/* One exchange of `bytes` by the first rank of every host at once, each sending to the next
+ * host's and receiving from the previous one's (a host-ordered ring's load on every host link):
+ * this rank's fastest of reps, in microseconds. Called by the first rank of every host. */
+chorus_status_t chorus__tune_ring_us(chorus_comm_t* comm, size_t bytes, int reps, double* fastest_us);
+
 /* What one rank's turn on a core costs another rank that waits for it while both spin. */
 #define CHORUS_CORE_TURN_US 3.0
 

@@ -3,7 +3,9 @@
  * file, the CHORUS_LINK_* variables over both, the probe on emulated hosts (positive figures,
  * bitwise the same on every rank, so every rank selects alike), clear errors for a missing
  * file, a malformed line and a malformed variable; and what the model derives from the links
- * (spread, hand-overs, the latency-bound calls' spin and view) against hand-worked figures.
+ * (spread, hand-overs, the latency-bound calls' spin and view) against hand-worked figures. On
+ * 3 hosts or more the probe also measures the ring figure (every host's first rank sending to
+ * the next at once), which flat algorithms take when it is lower than the pair's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,38 @@ TEST(probe_measures_both_levels_alike_everywhere) {
   run_case(&c);
 }
 
+/* 3 hosts (1+2+3 ranks, host 0 of one rank): the ring figure is measured, the same bits on
+ * every rank, and flat takes the lower of it and the pair's bandwidth. */
+static const int kThreeHosts[] = {0, 1, 1, 2, 2, 2};
+
+static int check_ring(chorus_comm_t* comm, int rank, void* arg) {
+  (void)rank;
+  double want_ring = *(const double*)arg;
+  double ring = comm->cost.inter_ring_bytes_per_us, inter = comm->cost.inter.bytes_per_us;
+  if (want_ring < 0) ASSERT_TRUE(ring > 0);
+  else ASSERT_TRUE(ring == want_ring);
+  ASSERT_TRUE(comm->cost.flat.bytes_per_us == (ring > 0 && ring < inter ? ring : inter));
+  ASSERT_TRUE(comm->cost.flat.alpha_us == comm->cost.inter.alpha_us);
+  double all[6];
+  ASSERT_OK(chorus_allgather(&ring, all, 1, CHORUS_FLOAT64, comm));
+  for (int r = 1; r < 6; r++) ASSERT_TRUE(memcmp(all, all + r, sizeof(ring)) == 0);
+  return 0;
+}
+
+static void run_ring_case(double want_ring) {
+  ranks_set_hosts(6, kThreeHosts);
+  ASSERT_EQ(run_ranks(6, check_ring, &want_ring), 0);
+  ranks_set_hosts(0, NULL);
+}
+
+TEST(probe_measures_the_ring_of_hosts) {
+  run_ring_case(-1.0);
+  /* A link given by a variable stands alone. */
+  setenv("CHORUS_LINK_INTER", "40,250", 1);
+  run_ring_case(0.0);
+  unsetenv("CHORUS_LINK_INTER");
+}
+
 static void write_file(const char* path, const char* text) {
   FILE* f = fopen(path, "w");
   ASSERT_NOT_NULL(f);
@@ -76,6 +110,9 @@ TEST(file_and_variables) {
   tune_case_t v = {{1.5, 12000.0, 5.0, 9999.0}};
   run_case(&v);
   unsetenv("CHORUS_LINK_INTER");
+  /* The ring figure from a file: lower than the pair's, flat takes it on 3 hosts. */
+  write_file(path, "intra 1.5 12000\ninter 40 250\ninter_ring 40 200\n");
+  run_ring_case(200.0);
   unsetenv("CHORUS_TUNE");
   unlink(path);
 }
@@ -138,6 +175,23 @@ TEST(derived_figures_on_shared_cores) {
   chorus_cost_ctx_t twice = chorus__cost_for_call(&small, 16384.0); /* hier's plan applies it again */
   ASSERT_TRUE(twice.handover_us == small.handover_us && twice.spread.alpha_us == small.spread.alpha_us);
   ASSERT_TRUE(twice.spread.bytes_per_us == small.spread.bytes_per_us && twice.inter.alpha_us == small.inter.alpha_us);
+}
+
+TEST(derived_ring_figure) {
+  chorus_cost_ctx_t cx = cluster_ctx(4.0);
+  cx.inter.bytes_per_us = 600.0;
+  cx.inter_ring_bytes_per_us = 300.0; /* streams that the cores, not the wire, hold back */
+  chorus__tune_derive(&cx);
+  ASSERT_TRUE(cx.flat.alpha_us == 60.0 && cx.flat.bytes_per_us == 300.0);
+  ASSERT_TRUE(cx.spread.bytes_per_us == 300.0); /* the pair's figure, shared by 2 ranks */
+  ASSERT_TRUE(cx.spin_bytes == 32768.0);        /* the pair's figures: 36000 B */
+  cx.inter_ring_bytes_per_us = 900.0;           /* never above the pair's */
+  chorus__tune_derive(&cx);
+  ASSERT_TRUE(cx.flat.bytes_per_us == 600.0);
+  cx.inter_ring_bytes_per_us = 300.0;
+  cx.nhosts = 2; /* the pair's exchange is the ring's pattern */
+  chorus__tune_derive(&cx);
+  ASSERT_TRUE(cx.flat.bytes_per_us == 600.0);
 }
 
 TEST(derived_figures_elsewhere) {

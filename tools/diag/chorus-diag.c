@@ -30,8 +30,9 @@ static void usage(FILE* out) {
           "  --topo     hosts, local ranks and the transport to each peer (needs a launcher)\n"
           "  --links    all-pairs latency and bandwidth; links under half the median are flagged\n"
           "  --check    every collective once, results verified on every rank\n"
-          "  --tune F   measures the intra-host and inter-host links (rank 0 with the first rank of its\n"
-          "             host and of another host) and writes F for CHORUS_TUNE=F\n");
+          "  --tune F   measures the intra-host and inter-host links (the pairs of the probe at creation;\n"
+          "             on 3 hosts or more also every host's first rank sending to the next at once)\n"
+          "             and writes F for CHORUS_TUNE=F\n");
 }
 
 static double now_sec(void) {
@@ -196,22 +197,32 @@ static void write_svg(const char* path, int n, const double* bw, double median) 
   fclose(f);
 }
 
-/* The cost model's figures, measured longer than the probe at creation does, into path. */
-static void write_tune(chorus_comm_t* comm, int rank, int n, const char* path) {
-  const char* mine = chorus__comm_peer_host(comm, 0);
-  int intra = -1, inter = -1;
-  for (int p = 1; p < n; p++) {
-    int same = strcmp(chorus__comm_peer_host(comm, p), mine) == 0;
-    if (same && intra < 0) intra = p;
-    if (!same && inter < 0) inter = p;
-  }
-  chorus_link_model_t links[2] = {{0, 0}, {0, 0}};
-  int peers[2] = {intra, inter};
+/* The cost model's figures, measured longer than the probe at creation does, into path: the
+ * pairs the probe takes (the first two ranks of the first host that has two; host 0's and host
+ * 1's first ranks), one pair after the other, then on 3 hosts or more the ring figure (every
+ * host's first rank sending to the next at once; the slowest host's exchange sets it). */
+static void write_tune(chorus_comm_t* comm, int rank, const char* path) {
+  const chorus_topo_t* topo = &comm->topo;
+  int pair[2][2] = {{-1, -1}, {-1, -1}}; /* intra, inter */
+  for (int h = 0; h < topo->nhosts && pair[0][0] < 0; h++)
+    if (topo->host_size[h] > 1)
+      pair[0][0] = topo->by_host[topo->host_first[h]], pair[0][1] = topo->by_host[topo->host_first[h] + 1];
+  if (topo->nhosts > 1) pair[1][0] = topo->rails[0], pair[1][1] = topo->rails[1];
+  double mine[4] = {0, 0, 0, 0}, links[4]; /* intra alpha, bandwidth, inter alpha, bandwidth */
   for (int i = 0; i < 2; i++) {
-    if (peers[i] < 0 || (rank != 0 && rank != peers[i])) continue;
-    CHECK(chorus__tune_measure(comm, rank == 0 ? peers[i] : 0, 50, 1u << 20, &links[i]));
+    if (pair[i][0] >= 0 && (rank == pair[i][0] || rank == pair[i][1])) {
+      chorus_link_model_t m;
+      CHECK(chorus__tune_measure(comm, rank == pair[i][0] ? pair[i][1] : pair[i][0], 50, 1u << 20, &m));
+      if (rank == pair[i][0]) mine[2 * i] = m.alpha_us, mine[2 * i + 1] = m.bytes_per_us;
+    }
+    CHECK(chorus_barrier(comm)); /* one pair at a time */
   }
-  CHECK(chorus_barrier(comm));
+  CHECK(chorus_allreduce(mine, links, 4, CHORUS_FLOAT64, CHORUS_MAX, comm));
+  double ring_us = 0.0, slowest_us = 0.0;
+  int ring = topo->nhosts >= 3;
+  if (ring && topo->local_of[rank] == 0) CHECK(chorus__tune_ring_us(comm, 1u << 20, 10, &ring_us));
+  if (ring) CHECK(chorus_allreduce(&ring_us, &slowest_us, 1, CHORUS_FLOAT64, CHORUS_MAX, comm));
+  double ring_bw = ring ? chorus__tune_bytes_per_us(1u << 20, slowest_us, links[2]) : 0.0;
   if (rank != 0) return;
   FILE* f = fopen(path, "w");
   if (!f) {
@@ -219,12 +230,14 @@ static void write_tune(chorus_comm_t* comm, int rank, int n, const char* path) {
     exit(1);
   }
   fprintf(f, "# chorus-diag --tune: link figures for CHORUS_TUNE=%s (level alpha_us bytes_per_us)\n", path);
-  if (intra >= 0) fprintf(f, "intra %.3f %.1f\n", links[0].alpha_us, links[0].bytes_per_us);
-  if (inter >= 0) fprintf(f, "inter %.3f %.1f\n", links[1].alpha_us, links[1].bytes_per_us);
+  if (pair[0][0] >= 0) fprintf(f, "intra %.3f %.1f\n", links[0], links[1]);
+  if (pair[1][0] >= 0) fprintf(f, "inter %.3f %.1f\n", links[2], links[3]);
+  if (ring) fprintf(f, "inter_ring %.3f %.1f\n", links[2], ring_bw);
   fclose(f);
   printf("# links written to %s:", path);
-  if (intra >= 0) printf(" intra %.1f us + %.0f B/us (ranks 0-%d)", links[0].alpha_us, links[0].bytes_per_us, intra);
-  if (inter >= 0) printf(" inter %.1f us + %.0f B/us (ranks 0-%d)", links[1].alpha_us, links[1].bytes_per_us, inter);
+  if (pair[0][0] >= 0) printf(" intra %.1f us + %.0f B/us (ranks %d-%d)", links[0], links[1], pair[0][0], pair[0][1]);
+  if (pair[1][0] >= 0) printf(" inter %.1f us + %.0f B/us (ranks %d-%d)", links[2], links[3], pair[1][0], pair[1][1]);
+  if (ring) printf(", %.0f B/us in a ring of %d hosts", ring_bw, topo->nhosts);
   printf("\n");
 }
 
@@ -416,7 +429,7 @@ int main(int argc, char** argv) {
   if (want_topo) report_topo(comm, rank, n);
   if (want_links) report_links(comm, rank, n, link_bytes, json, svg);
   if (want_check) report_check(comm, rank, n);
-  if (tune_path) write_tune(comm, rank, n, tune_path);
+  if (tune_path) write_tune(comm, rank, tune_path);
   chorus_comm_destroy(comm);
   return 0;
 }
