@@ -153,7 +153,9 @@ CHORUS_API chorus_status_t chorus_get_unique_id_near(chorus_unique_id_t* id, con
 /* Creates a communicator of nranks ranks in which the caller is `rank` (0 <= rank < nranks).
  * Collective over all nranks callers of the same id; blocks until every rank has joined or the
  * connect timeout expires. cfg may be NULL. Returns OK, ERR_INVALID_ARG, ERR_TIMEOUT (naming the
- * store address or the ranks that never joined), ERR_PROTOCOL, ERR_SYSTEM, ERR_NO_MEMORY. */
+ * store address or the ranks that never joined), ERR_MISMATCH (a rank that joined for another
+ * nranks, or a rank number another process holds already: naming both), ERR_PROTOCOL,
+ * ERR_SYSTEM, ERR_NO_MEMORY. */
 CHORUS_API chorus_status_t chorus_comm_init(chorus_comm_t** comm, int nranks, int rank,
                                             const chorus_unique_id_t* id,
                                             const chorus_config_t* cfg);

@@ -150,7 +150,8 @@ static chorus_status_t pick_listen_ip(const char* store_addr, char* ip, size_t i
   return chorus__sock_route_ip(store_addr, ip, iplen, err, errlen);
 }
 
-/* Reads every rank's info from the store, naming the first rank that never published. */
+/* Reads every rank's info from the store, naming the first rank that never published, or one
+ * started for another size (launchers given different sizes or node counts on different hosts). */
 static chorus_status_t gather_infos(chorus_comm_t* comm, chorus_store_t* store,
                                     chorus_peer_info_t* infos, uint64_t deadline) {
   for (int p = 0; p < comm->nranks; p++) {
@@ -175,8 +176,41 @@ static chorus_status_t gather_infos(chorus_comm_t* comm, chorus_store_t* store,
     infos[p].host_id[CHORUS_ADDR_LEN - 1] = infos[p].addr[CHORUS_ADDR_LEN - 1] = '\0';
     infos[p].machine[sizeof(infos[p].machine) - 1] = '\0';
     free(val);
+    if (infos[p].nranks != comm->nranks) {
+      chorus__comm_set_error(comm, "rank %d (host %s): rank %d (host %s, pid %d) was started for a job of %d ranks, "
+                             "this rank for %d: were the ranks launched with different sizes?", comm->rank,
+                             comm->host_id, p, infos[p].host_id, (int)infos[p].pid, (int)infos[p].nranks, comm->nranks);
+      return CHORUS_ERR_MISMATCH;
+    }
   }
   return CHORUS_OK;
+}
+
+/* Takes this rank's number in the store, atomically: a second process started with the same
+ * number (two hosts given the same node rank, or overlapping rank lists) fails here at once,
+ * naming the first, instead of overwriting its entry and leaving the job to a timeout. */
+static chorus_status_t claim_rank(chorus_comm_t* comm, chorus_store_t* store, const chorus_peer_info_t* me) {
+  char key[64];
+  int64_t holders = 0;
+  snprintf(key, sizeof(key), "%016llx/claim/%d", (unsigned long long)comm->comm_id, comm->rank);
+  chorus_status_t st = chorus__store_add(store, key, 1, &holders);
+  if (st < 0) {
+    chorus__comm_set_error(comm, "rank %d: %s", comm->rank, chorus__store_error(store));
+    return st;
+  }
+  if (holders == 1) return CHORUS_OK;
+  void* val = NULL;
+  size_t len = 0;
+  chorus_peer_info_t first;
+  memset(&first, 0, sizeof(first));
+  snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, comm->rank);
+  if (chorus__store_get(store, key, &val, &len, 1000) >= 0 && len == sizeof(first)) memcpy(&first, val, len);
+  free(val);
+  first.host_id[CHORUS_ADDR_LEN - 1] = '\0';
+  chorus__comm_set_error(comm, "rank %d (host %s, pid %d): another process holds rank %d already (host %s, pid %d): "
+                         "were two hosts given the same node rank, or overlapping ranks?", comm->rank, me->host_id,
+                         (int)me->pid, comm->rank, first.host_id[0] ? first.host_id : "?", (int)first.pid);
+  return CHORUS_ERR_MISMATCH;
 }
 
 /* Publishes this rank, reads all ranks, connects. comm_id 0: rank 0 draws one for the store. */
@@ -185,7 +219,7 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
   char err[300] = "", ip[CHORUS_ADDR_LEN];
   chorus_store_t* store = NULL;
   chorus_peer_info_t* infos = calloc((size_t)comm->nranks, sizeof(*infos));
-  int listen_fd = -1;
+  int listen_fd = -1, counted = 1;
   chorus_status_t st = infos ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
   if (st >= 0) st = chorus__store_connect(store_addr, comm->secret, deadline, comm->retry_count, &store, err, sizeof(err));
   if (st < 0) {
@@ -218,6 +252,10 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
     goto out;
   }
+  if ((st = claim_rank(comm, store, &me)) < 0) {
+    counted = 0; /* the rank's holder says when it is done: the store must wait for it */
+    goto out;
+  }
   char key[64];
   snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, comm->rank);
   st = chorus__store_set(store, key, &me, sizeof(me));
@@ -232,7 +270,7 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
 out:
   if (st < 0 && comm->last_error[0]) CH_WARN(comm->rank, "%s", comm->last_error);
   /* A rank that gives up says so too, so that the server thread does not outlive the job. */
-  if (st < 0 && store) chorus__store_done(store, comm->nranks);
+  if (st < 0 && store && counted) chorus__store_done(store, comm->nranks);
   if (listen_fd >= 0) close(listen_fd);
   chorus__store_close(store);
   free(infos);

@@ -273,6 +273,7 @@ void chorus__host_id(char* out, size_t outlen) {
 
 void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me) {
   me->pid = (int32_t)getpid();
+  me->nranks = comm->nranks;
   snprintf(me->host_id, sizeof(me->host_id), "%s", comm->host_id);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   me->cpus = cpus > 0 ? (int32_t)cpus : 1;

@@ -138,6 +138,7 @@ typedef struct {
   int32_t pid;
   int32_t cpus;                /* online CPUs of its machine */
   char machine[CHORUS_ADDR_LEN]; /* its machine: the kernel's boot id, whatever host id it claims */
+  int32_t nranks;              /* the size it was started for */
 } chorus_peer_info_t;
 
 /* Connection handshake: what a connecting rank sends first. */

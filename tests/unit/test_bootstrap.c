@@ -1,7 +1,8 @@
 /*
  * test_bootstrap.c - creating communicators and what goes wrong while doing so: bad init
  * arguments, every launcher environment chorus_comm_init_env understands, an unreachable
- * store, a rank that never joins, bad CHORUS_* values, CHORUS_ALGO overrides, queries,
+ * store, a rank that never joins, ranks started for different sizes or twice with one rank number,
+ * bad CHORUS_* values, CHORUS_ALGO overrides, queries,
  * timeouts and abort. Environment-based ranks run as forked processes (the environment is
  * per process); the others as threads.
  */
@@ -195,6 +196,65 @@ TEST(init_rank_that_never_joins_times_out) {
   ASSERT_STATUS(chorus_comm_init(&c, 3, 0, &id, &cfg), CHORUS_ERR_TIMEOUT);
   ASSERT_TRUE(test_now_sec() - t0 < 4.0);
   ASSERT_NULL(c);
+}
+
+/* Ranks that disagree on the job: threads joining one id, each as (nranks, rank). */
+typedef struct {
+  const chorus_unique_id_t* id;
+  int nranks, rank;
+  chorus_status_t st;
+  chorus_comm_t* comm;
+} joiner_t;
+
+static void* join_thread(void* p) {
+  joiner_t* j = p;
+  chorus_config_t cfg = CHORUS_CONFIG_INIT;
+  cfg.connect_timeout_sec = 20;
+  j->st = chorus_comm_init(&j->comm, j->nranks, j->rank, j->id, &cfg);
+  return NULL;
+}
+
+static void join_all(joiner_t* js, int n) {
+  pthread_t th[8];
+  for (int i = 0; i < n; i++) ASSERT_EQ(pthread_create(&th[i], NULL, join_thread, &js[i]), 0);
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+/* A rank started for another size (launchers given different sizes on different hosts): every
+ * rank that reads its entry fails with ERR_MISMATCH at once, not after the connect timeout. */
+TEST(init_ranks_of_different_sizes_are_refused_at_once) {
+  chorus_unique_id_t id;
+  ASSERT_OK(chorus_get_unique_id(&id));
+  joiner_t js[3] = {{&id, 3, 0, 0, NULL}, {&id, 2, 1, 0, NULL}, {&id, 3, 2, 0, NULL}};
+  double t0 = test_now_sec();
+  join_all(js, 3);
+  ASSERT_TRUE(test_now_sec() - t0 < 10.0);
+  for (int i = 0; i < 3; i++) {
+    test_set_context("rank %d of %d", js[i].rank, js[i].nranks);
+    ASSERT_STATUS(js[i].st, CHORUS_ERR_MISMATCH);
+    ASSERT_NULL(js[i].comm);
+  }
+}
+
+/* Two processes given the same rank (two hosts with the same node rank): the second to claim
+ * it fails with ERR_MISMATCH at once; the job of the first holder and the other ranks works. */
+TEST(init_rank_claimed_twice_is_refused) {
+  chorus_unique_id_t id;
+  ASSERT_OK(chorus_get_unique_id(&id));
+  joiner_t js[3] = {{&id, 2, 0, 0, NULL}, {&id, 2, 1, 0, NULL}, {&id, 2, 1, 0, NULL}};
+  double t0 = test_now_sec();
+  join_all(js, 3);
+  ASSERT_TRUE(test_now_sec() - t0 < 10.0);
+  ASSERT_OK(js[0].st);
+  int refused = js[1].st == CHORUS_ERR_MISMATCH ? 1 : 2, holder = 3 - refused;
+  ASSERT_STATUS(js[refused].st, CHORUS_ERR_MISMATCH);
+  ASSERT_NULL(js[refused].comm);
+  ASSERT_OK(js[holder].st);
+  int rank = -1;
+  ASSERT_OK(chorus_comm_rank(js[holder].comm, &rank));
+  ASSERT_EQ(rank, 1);
+  ASSERT_OK(chorus_comm_destroy(js[0].comm));
+  ASSERT_OK(chorus_comm_destroy(js[holder].comm));
 }
 
 TEST(bad_parameter_values_are_named) {
