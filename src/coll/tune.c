@@ -196,8 +196,9 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     if ((st = store_get_exact(comm, store, probe_key(comm, "/intra", key, sizeof(key)), f.intra, sizeof(f.intra))) < 0)
       return st;
   }
-  if (topo->nhosts >= 3 && topo->local_of[comm->rank] == 0 &&
-      (st = ring_probe(comm, store, f.inter[0], &f.inter_ring)) < 0)
+  /* A link given by CHORUS_LINK_INTER replaces the ring figure (chorus__tune_links): not measured. */
+  int ring = topo->nhosts >= 3 && !chorus__param_str(CHORUS_PARAM_LINK_INTER)[0];
+  if (ring && topo->local_of[comm->rank] == 0 && (st = ring_probe(comm, store, f.inter[0], &f.inter_ring)) < 0)
     return st;
   probe_key(comm, "", key, sizeof(key));
   if (comm->rank == a) {
@@ -238,7 +239,7 @@ static chorus_status_t read_file(chorus_comm_t* comm, const char* path) {
     if (sscanf(line, " %15s %lf %lf", level, &alpha, &beta) != 3 || !(alpha >= 0) || !(beta > 0)) bad = 1;
     else if (strcmp(level, "intra") == 0) comm->cost.intra = (chorus_link_model_t){alpha, beta};
     else if (strcmp(level, "inter") == 0) comm->cost.inter = (chorus_link_model_t){alpha, beta};
-    else if (strcmp(level, "inter_ring") == 0) comm->cost.inter_ring_bytes_per_us = beta;
+    else if (strcmp(level, "inter_ring") == 0) comm->cost.inter_ring_bytes_per_us = beta; /* alpha: inter's */
     else bad = 1;
   }
   fclose(f);
@@ -280,10 +281,13 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   if (chorus__param_str(CHORUS_PARAM_LINK_INTER)[0]) comm->cost.inter_ring_bytes_per_us = 0.0;
   chorus__tune_derive(&comm->cost);
   comm->spin_small_us = comm->spin_by_link ? chorus__tune_spin_us(&comm->cost) : comm->spin_us;
-  CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us (%.0f B/us in a "
-          "ring of hosts); waits spin %d us, %d us for calls of up to %.0f bytes", source, comm->cost.intra.alpha_us,
-          comm->cost.intra.bytes_per_us, comm->cost.inter.alpha_us, comm->cost.inter.bytes_per_us,
-          comm->cost.flat.bytes_per_us, comm->spin_us, comm->spin_small_us, comm->cost.spin_bytes);
+  char ring[48] = "";
+  if (comm->cost.inter_ring_bytes_per_us > 0.0)
+    snprintf(ring, sizeof(ring), " (%.0f B/us in a ring of hosts)", comm->cost.inter_ring_bytes_per_us);
+  CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us%s; waits spin %d us, "
+          "%d us for calls of up to %.0f bytes", source, comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us,
+          comm->cost.inter.alpha_us, comm->cost.inter.bytes_per_us, ring, comm->spin_us, comm->spin_small_us,
+          comm->cost.spin_bytes);
   return CHORUS_OK;
 }
 
@@ -332,6 +336,8 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx) {
   cx->handover_us = shared_cores ? cx->inter.alpha_us : 0.0;
   cx->handover_spin_us = shared_cores ? cx->machine_oversub * CHORUS_CORE_TURN_US : 0.0;
   if (cx->nhosts > 1 && L > 1) cx->spread.bytes_per_us /= L;
+  /* L streams per host share its link, and none goes faster than the ring's streams. */
+  if (cx->spread.bytes_per_us > cx->flat.bytes_per_us) cx->spread.bytes_per_us = cx->flat.bytes_per_us;
   /* The small messages of all L ranks of a host, sent at once on shared cores, queue for them:
    * each beyond the first adds the kernel's half of an exchange. Recursive doubling at 4 KiB took
    * about 1.4 inter-host alphas a round on 4 emulated hosts x 2 ranks, the host leader's

@@ -150,21 +150,66 @@ static chorus_status_t pick_listen_ip(const char* store_addr, char* ip, size_t i
   return chorus__sock_route_ip(store_addr, ip, iplen, err, errlen);
 }
 
+/* The store key of `what` for this communicator: "<comm id>/what", or "what" before rank 0 has
+ * drawn the id (environment mode: the store serves this one communicator). */
+static const char* comm_key(const chorus_comm_t* comm, const char* what, int rank, char* key, size_t len) {
+  if (comm->comm_id) snprintf(key, len, "%016llx/%s/%d", (unsigned long long)comm->comm_id, what, rank);
+  else snprintf(key, len, "%s/%d", what, rank);
+  return key;
+}
+
+#define ABORT_POLL_MS 250
+
+/* Waits for key until deadline, looking every ABORT_POLL_MS for the abort entry that a rank
+ * which found the job inconsistent leaves (publish_abort): a rank waiting for a peer that will
+ * never come (a size mismatch can leave a rank number unused) then fails at once with that
+ * rank's sentence instead of at the connect timeout. */
+static chorus_status_t get_unless_aborted(chorus_comm_t* comm, chorus_store_t* store, const char* key, void** val,
+                                          size_t* len, uint64_t deadline) {
+  char abort_key[64];
+  comm_key(comm, "abort", 0, abort_key, sizeof(abort_key));
+  for (;;) {
+    uint64_t now = chorus__now_ns();
+    int left_ms = now < deadline ? (int)((deadline - now) / 1000000) : 0;
+    int slice_ms = left_ms < ABORT_POLL_MS ? left_ms : ABORT_POLL_MS;
+    chorus_status_t st = chorus__store_get(store, key, val, len, slice_ms);
+    if (st != CHORUS_ERR_TIMEOUT || slice_ms == left_ms) return st;
+    void* why = NULL;
+    size_t why_len = 0;
+    if (chorus__store_get(store, abort_key, &why, &why_len, 0) >= 0) {
+      chorus__comm_set_error(comm, "rank %d of %d: %.*s", comm->rank, comm->nranks, (int)why_len, (const char*)why);
+      free(why);
+      return CHORUS_ERR_MISMATCH;
+    }
+  }
+}
+
+/* Tells the ranks still waiting in get_unless_aborted that the job cannot form (best effort). */
+static void publish_abort(chorus_comm_t* comm, chorus_store_t* store) {
+  char abort_key[64];
+  comm_key(comm, "abort", 0, abort_key, sizeof(abort_key));
+  chorus__store_set(store, abort_key, comm->last_error, strlen(comm->last_error));
+}
+
 /* Reads every rank's info from the store, naming the first rank that never published, or one
  * started for another size (launchers given different sizes or node counts on different hosts). */
 static chorus_status_t gather_infos(chorus_comm_t* comm, chorus_store_t* store,
                                     chorus_peer_info_t* infos, uint64_t deadline) {
   for (int p = 0; p < comm->nranks; p++) {
     char key[64];
-    snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, p);
-    uint64_t now = chorus__now_ns();
-    int left_ms = now < deadline ? (int)((deadline - now) / 1000000) : 0;
     void* val = NULL;
     size_t len = 0;
-    chorus_status_t st = chorus__store_get(store, key, &val, &len, left_ms);
+    chorus_status_t st = get_unless_aborted(comm, store, comm_key(comm, "peer", p, key, sizeof(key)), &val, &len,
+                                            deadline);
+    if (st == CHORUS_ERR_TIMEOUT) {
+      chorus__comm_set_error(comm, "rank %d of %d: rank %d never joined within %d s", comm->rank, comm->nranks, p,
+                             comm->connect_timeout_sec);
+      return st;
+    }
+    if (st == CHORUS_ERR_MISMATCH) return st;
     if (st < 0) {
-      chorus__comm_set_error(comm, "rank %d of %d: rank %d never joined within %d s (%s)", comm->rank,
-                             comm->nranks, p, comm->connect_timeout_sec, chorus__store_error(store));
+      chorus__comm_set_error(comm, "rank %d of %d: waiting for rank %d: %s", comm->rank, comm->nranks, p,
+                             chorus__store_error(store));
       return st;
     }
     if (len != sizeof(chorus_peer_info_t)) {
@@ -180,31 +225,38 @@ static chorus_status_t gather_infos(chorus_comm_t* comm, chorus_store_t* store,
       chorus__comm_set_error(comm, "rank %d (host %s): rank %d (host %s, pid %d) was started for a job of %d ranks, "
                              "this rank for %d: were the ranks launched with different sizes?", comm->rank,
                              comm->host_id, p, infos[p].host_id, (int)infos[p].pid, (int)infos[p].nranks, comm->nranks);
+      publish_abort(comm, store);
       return CHORUS_ERR_MISMATCH;
     }
   }
   return CHORUS_OK;
 }
 
-/* Takes this rank's number in the store, atomically: a second process started with the same
- * number (two hosts given the same node rank, or overlapping rank lists) fails here at once,
- * naming the first, instead of overwriting its entry and leaving the job to a timeout. */
+/* Takes this rank's number in the store, atomically, before anything else (a second rank 0 must
+ * not draw a communicator id of its own): a second process started with the same number (two
+ * hosts given the same node rank, or overlapping rank lists) fails here at once, naming the
+ * first, instead of overwriting its entry and leaving the job to a timeout. */
 static chorus_status_t claim_rank(chorus_comm_t* comm, chorus_store_t* store, const chorus_peer_info_t* me) {
   char key[64];
   int64_t holders = 0;
-  snprintf(key, sizeof(key), "%016llx/claim/%d", (unsigned long long)comm->comm_id, comm->rank);
-  chorus_status_t st = chorus__store_add(store, key, 1, &holders);
+  chorus_status_t st = chorus__store_add(store, comm_key(comm, "claim", comm->rank, key, sizeof(key)), 1, &holders);
   if (st < 0) {
-    chorus__comm_set_error(comm, "rank %d: %s", comm->rank, chorus__store_error(store));
+    chorus__comm_set_error(comm, "rank %d: taking its rank number in the bootstrap store: %s (%s)", comm->rank,
+                           chorus_status_name(st), chorus__store_error(store));
     return st;
   }
   if (holders == 1) return CHORUS_OK;
+  /* The holder's entry, for the sentence: published under the communicator id. */
   void* val = NULL;
   size_t len = 0;
   chorus_peer_info_t first;
   memset(&first, 0, sizeof(first));
-  snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, comm->rank);
-  if (chorus__store_get(store, key, &val, &len, 1000) >= 0 && len == sizeof(first)) memcpy(&first, val, len);
+  uint64_t id = comm->comm_id;
+  if (!id && chorus__store_get(store, "comm_id", &val, &len, 1000) >= 0 && len == sizeof(id)) memcpy(&id, val, len);
+  free(val);
+  val = NULL;
+  snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)id, comm->rank);
+  if (id && chorus__store_get(store, key, &val, &len, 1000) >= 0 && len == sizeof(first)) memcpy(&first, val, len);
   free(val);
   first.host_id[CHORUS_ADDR_LEN - 1] = '\0';
   chorus__comm_set_error(comm, "rank %d (host %s, pid %d): another process holds rank %d already (host %s, pid %d): "
@@ -216,16 +268,25 @@ static chorus_status_t claim_rank(chorus_comm_t* comm, chorus_store_t* store, co
 /* Publishes this rank, reads all ranks, connects. comm_id 0: rank 0 draws one for the store. */
 static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store_addr) {
   uint64_t deadline = chorus__now_ns() + (uint64_t)comm->connect_timeout_sec * CHORUS_NS_PER_SEC;
-  char err[300] = "", ip[CHORUS_ADDR_LEN];
+  char err[300] = "", ip[CHORUS_ADDR_LEN], key[64], claim_key[64];
   chorus_store_t* store = NULL;
   chorus_peer_info_t* infos = calloc((size_t)comm->nranks, sizeof(*infos));
-  int listen_fd = -1, counted = 1;
+  int listen_fd = -1, counted = 1, claimed = 0;
+  chorus_peer_info_t me;
+  memset(&me, 0, sizeof(me));
+  chorus__peer_info_self(comm, &me);
+  comm_key(comm, "claim", comm->rank, claim_key, sizeof(claim_key));
   chorus_status_t st = infos ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
   if (st >= 0) st = chorus__store_connect(store_addr, comm->secret, deadline, comm->retry_count, &store, err, sizeof(err));
   if (st < 0) {
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
     goto out;
   }
+  if ((st = claim_rank(comm, store, &me)) < 0) {
+    counted = st != CHORUS_ERR_MISMATCH; /* a refused rank's holder says when it is done */
+    goto out;
+  }
+  claimed = 1;
   if (comm->comm_id == 0) { /* environment mode: rank 0 names the communicator */
     void* val = NULL;
     size_t len = 0;
@@ -244,21 +305,12 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
     }
   }
   st = pick_listen_ip(store_addr, ip, sizeof(ip), err, sizeof(err));
-  chorus_peer_info_t me;
-  memset(&me, 0, sizeof(me));
-  chorus__peer_info_self(comm, &me);
   if (st >= 0) st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
   if (st < 0) {
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
     goto out;
   }
-  if ((st = claim_rank(comm, store, &me)) < 0) {
-    counted = 0; /* the rank's holder says when it is done: the store must wait for it */
-    goto out;
-  }
-  char key[64];
-  snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)comm->comm_id, comm->rank);
-  st = chorus__store_set(store, key, &me, sizeof(me));
+  st = chorus__store_set(store, comm_key(comm, "peer", comm->rank, key, sizeof(key)), &me, sizeof(me));
   if (st < 0) {
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, chorus__store_error(store));
     goto out;
@@ -269,7 +321,9 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
   if (st >= 0) st = chorus__store_done(store, comm->nranks);
 out:
   if (st < 0 && comm->last_error[0]) CH_WARN(comm->rank, "%s", comm->last_error);
-  /* A rank that gives up says so too, so that the server thread does not outlive the job. */
+  /* A rank that gives up hands its number back (a retry with the same id may take it) and says
+   * it is done, so that the server thread does not outlive the job. */
+  if (st < 0 && store && claimed) chorus__store_add(store, claim_key, -1, NULL);
   if (st < 0 && store && counted) chorus__store_done(store, comm->nranks);
   if (listen_fd >= 0) close(listen_fd);
   chorus__store_close(store);

@@ -58,9 +58,13 @@ TEST(probe_measures_both_levels_alike_everywhere) {
   run_case(&c);
 }
 
-/* 3 hosts (1+2+3 ranks, host 0 of one rank): the ring figure is measured, the same bits on
- * every rank, and flat takes the lower of it and the pair's bandwidth. */
+/* 3 hosts: the ring figure is measured, the same bits on every rank, and flat takes the lower
+ * of it and the pair's bandwidth. The probe's orderings differ with the layout: 1+2+3 (host 0 of
+ * one rank, so host 1's first rank measures the intra-host pair first), 1+1+2 (the intra pair on
+ * host 2, after the inter-host pair) and 2+1+1 (host 0's first two ranks). */
 static const int kThreeHosts[] = {0, 1, 1, 2, 2, 2};
+static const int kIntraOnHost2[] = {0, 1, 2, 2};
+static const int kIntraOnHost0[] = {0, 0, 1, 2};
 
 static int check_ring(chorus_comm_t* comm, int rank, void* arg) {
   (void)rank;
@@ -70,23 +74,26 @@ static int check_ring(chorus_comm_t* comm, int rank, void* arg) {
   else ASSERT_TRUE(ring == want_ring);
   ASSERT_TRUE(comm->cost.flat.bytes_per_us == (ring > 0 && ring < inter ? ring : inter));
   ASSERT_TRUE(comm->cost.flat.alpha_us == comm->cost.inter.alpha_us);
+  ASSERT_TRUE(comm->cost.intra.bytes_per_us > 0);
   double all[6];
   ASSERT_OK(chorus_allgather(&ring, all, 1, CHORUS_FLOAT64, comm));
-  for (int r = 1; r < 6; r++) ASSERT_TRUE(memcmp(all, all + r, sizeof(ring)) == 0);
+  for (int r = 1; r < comm->nranks; r++) ASSERT_TRUE(memcmp(all, all + r, sizeof(ring)) == 0);
   return 0;
 }
 
-static void run_ring_case(double want_ring) {
-  ranks_set_hosts(6, kThreeHosts);
-  ASSERT_EQ(run_ranks(6, check_ring, &want_ring), 0);
+static void run_ring_case(int n, const int* hosts, double want_ring) {
+  ranks_set_hosts(n, hosts);
+  ASSERT_EQ(run_ranks(n, check_ring, &want_ring), 0);
   ranks_set_hosts(0, NULL);
 }
 
 TEST(probe_measures_the_ring_of_hosts) {
-  run_ring_case(-1.0);
+  run_ring_case(6, kThreeHosts, -1.0);
+  run_ring_case(4, kIntraOnHost2, -1.0);
+  run_ring_case(4, kIntraOnHost0, -1.0);
   /* A link given by a variable stands alone. */
   setenv("CHORUS_LINK_INTER", "40,250", 1);
-  run_ring_case(0.0);
+  run_ring_case(6, kThreeHosts, 0.0);
   unsetenv("CHORUS_LINK_INTER");
 }
 
@@ -112,7 +119,7 @@ TEST(file_and_variables) {
   unsetenv("CHORUS_LINK_INTER");
   /* The ring figure from a file: lower than the pair's, flat takes it on 3 hosts. */
   write_file(path, "intra 1.5 12000\ninter 40 250\ninter_ring 40 200\n");
-  run_ring_case(200.0);
+  run_ring_case(6, kThreeHosts, 200.0);
   unsetenv("CHORUS_TUNE");
   unlink(path);
 }
@@ -184,6 +191,11 @@ TEST(derived_ring_figure) {
   chorus__tune_derive(&cx);
   ASSERT_TRUE(cx.flat.alpha_us == 60.0 && cx.flat.bytes_per_us == 300.0);
   ASSERT_TRUE(cx.spread.bytes_per_us == 300.0); /* the pair's figure, shared by 2 ranks */
+  cx.inter_ring_bytes_per_us = 250.0;
+  chorus__tune_derive(&cx);
+  ASSERT_TRUE(cx.flat.bytes_per_us == 250.0 && cx.spread.bytes_per_us == 250.0); /* never above a ring stream */
+  cx.inter_ring_bytes_per_us = 300.0;
+  chorus__tune_derive(&cx);
   ASSERT_TRUE(cx.spin_bytes == 32768.0);        /* the pair's figures: 36000 B */
   cx.inter_ring_bytes_per_us = 900.0;           /* never above the pair's */
   chorus__tune_derive(&cx);

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -204,56 +205,71 @@ typedef struct {
   int nranks, rank;
   chorus_status_t st;
   chorus_comm_t* comm;
+  double took_sec;
+  atomic_int finished;
+  pthread_t thread;
 } joiner_t;
 
 static void* join_thread(void* p) {
   joiner_t* j = p;
   chorus_config_t cfg = CHORUS_CONFIG_INIT;
   cfg.connect_timeout_sec = 20;
+  double t0 = test_now_sec();
   j->st = chorus_comm_init(&j->comm, j->nranks, j->rank, j->id, &cfg);
+  j->took_sec = test_now_sec() - t0;
+  atomic_store(&j->finished, 1);
   return NULL;
 }
 
-static void join_all(joiner_t* js, int n) {
-  pthread_t th[8];
-  for (int i = 0; i < n; i++) ASSERT_EQ(pthread_create(&th[i], NULL, join_thread, &js[i]), 0);
-  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
-}
+static void start_joiner(joiner_t* j) { ASSERT_EQ(pthread_create(&j->thread, NULL, join_thread, j), 0); }
 
-/* A rank started for another size (launchers given different sizes on different hosts): every
- * rank that reads its entry fails with ERR_MISMATCH at once, not after the connect timeout. */
+/* A rank started for another size (launchers given different sizes on different hosts) is
+ * refused with ERR_MISMATCH by every rank that reads its entry, and the ranks still waiting
+ * for a rank number that nobody will take fail too, through the abort entry, long before the
+ * connect timeout. Ranks 0 and 1 of a job of 3 join first and wait for rank 2 (the store
+ * therefore outlives what follows); then "rank 3 of 4" joins: it reads rank 0's entry and is
+ * refused, while ranks 0 and 1 still wait for a rank 2 that nobody will be, until its abort. */
 TEST(init_ranks_of_different_sizes_are_refused_at_once) {
   chorus_unique_id_t id;
   ASSERT_OK(chorus_get_unique_id(&id));
-  joiner_t js[3] = {{&id, 3, 0, 0, NULL}, {&id, 2, 1, 0, NULL}, {&id, 3, 2, 0, NULL}};
-  double t0 = test_now_sec();
-  join_all(js, 3);
-  ASSERT_TRUE(test_now_sec() - t0 < 10.0);
+  joiner_t js[3] = {{&id, 3, 0}, {&id, 3, 1}, {&id, 4, 3}};
+  start_joiner(&js[0]);
+  start_joiner(&js[1]);
+  usleep(200 * 1000);
+  start_joiner(&js[2]);
+  for (int i = 0; i < 3; i++) pthread_join(js[i].thread, NULL);
   for (int i = 0; i < 3; i++) {
     test_set_context("rank %d of %d", js[i].rank, js[i].nranks);
     ASSERT_STATUS(js[i].st, CHORUS_ERR_MISMATCH);
     ASSERT_NULL(js[i].comm);
+    ASSERT_TRUE(js[i].took_sec < 5.0);
   }
 }
 
 /* Two processes given the same rank (two hosts with the same node rank): the second to claim
- * it fails with ERR_MISMATCH at once; the job of the first holder and the other ranks works. */
+ * it fails with ERR_MISMATCH at once, and the first holder's job works. The two claimants join
+ * first (the holder then waits for rank 0, so the store outlives the refusal); rank 0 after. */
 TEST(init_rank_claimed_twice_is_refused) {
   chorus_unique_id_t id;
   ASSERT_OK(chorus_get_unique_id(&id));
-  joiner_t js[3] = {{&id, 2, 0, 0, NULL}, {&id, 2, 1, 0, NULL}, {&id, 2, 1, 0, NULL}};
+  joiner_t js[3] = {{&id, 2, 1}, {&id, 2, 1}, {&id, 2, 0}};
+  start_joiner(&js[0]);
+  start_joiner(&js[1]);
   double t0 = test_now_sec();
-  join_all(js, 3);
-  ASSERT_TRUE(test_now_sec() - t0 < 10.0);
-  ASSERT_OK(js[0].st);
-  int refused = js[1].st == CHORUS_ERR_MISMATCH ? 1 : 2, holder = 3 - refused;
+  while (!atomic_load(&js[0].finished) && !atomic_load(&js[1].finished) && test_now_sec() - t0 < 10.0)
+    usleep(10 * 1000);
+  int refused = atomic_load(&js[0].finished) ? 0 : 1, holder = 1 - refused;
+  start_joiner(&js[2]);
+  for (int i = 0; i < 3; i++) pthread_join(js[i].thread, NULL);
   ASSERT_STATUS(js[refused].st, CHORUS_ERR_MISMATCH);
   ASSERT_NULL(js[refused].comm);
+  ASSERT_TRUE(js[refused].took_sec < 5.0);
   ASSERT_OK(js[holder].st);
+  ASSERT_OK(js[2].st);
   int rank = -1;
   ASSERT_OK(chorus_comm_rank(js[holder].comm, &rank));
   ASSERT_EQ(rank, 1);
-  ASSERT_OK(chorus_comm_destroy(js[0].comm));
+  ASSERT_OK(chorus_comm_destroy(js[2].comm));
   ASSERT_OK(chorus_comm_destroy(js[holder].comm));
 }
 

@@ -166,6 +166,9 @@ static void hier_fini(chorus_task_t* t) {
 static chorus_link_model_t rail_link(const chorus_cost_ctx_t* cx, double chunks) {
   int L = cx->max_local > 0 ? cx->max_local : 1;
   double alpha = chunks > 1.0 ? cx->inter.alpha_us / L : cx->spread.alpha_us;
+  /* The pair's figure, not the ring's: the leader mode's is the pair's too (its one stream per
+   * host at 2 Gbit/s and its latency-bound calls were measured that way), and the two must stay
+   * comparable: rails priced at the ring figure lost 4 MiB to the leader mode at 10 Gbit/s (1.5x). */
   return (chorus_link_model_t){alpha, cx->inter.bytes_per_us / L};
 }
 
