@@ -196,9 +196,10 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     if ((st = store_get_exact(comm, store, probe_key(comm, "/intra", key, sizeof(key)), f.intra, sizeof(f.intra))) < 0)
       return st;
   }
-  /* A link given by CHORUS_LINK_INTER replaces the ring figure (chorus__tune_links): not measured. */
-  int ring = topo->nhosts >= 3 && !chorus__param_str(CHORUS_PARAM_LINK_INTER)[0];
-  if (ring && topo->local_of[comm->rank] == 0 && (st = ring_probe(comm, store, f.inter[0], &f.inter_ring)) < 0)
+  /* Measured even when CHORUS_LINK_INTER will replace it (chorus__tune_links): which ranks take
+   * part must not hang on a variable that one rank may lack. */
+  if (topo->nhosts >= 3 && topo->local_of[comm->rank] == 0 &&
+      (st = ring_probe(comm, store, f.inter[0], &f.inter_ring)) < 0)
     return st;
   probe_key(comm, "", key, sizeof(key));
   if (comm->rank == a) {
