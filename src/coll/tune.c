@@ -117,16 +117,16 @@ static const char* probe_key(const chorus_comm_t* comm, const char* what, char* 
   return key;
 }
 
-/* The intra-host pair: the first two ranks of the first host that has two (host 0 may have one
- * rank: 1+2+3; the defaults would then price every hand-over inside a host). -1 when none. */
-static int intra_pair(const chorus_topo_t* topo, int* second) {
-  for (int h = 0; h < topo->nhosts; h++)
+void chorus__tune_probe_pairs(const chorus_topo_t* topo, int intra[2], int inter[2]) {
+  /* Host 0 may have one rank (1+2+3): the defaults would then price every hand-over inside a host. */
+  intra[0] = intra[1] = -1;
+  for (int h = 0; h < topo->nhosts && intra[0] < 0; h++)
     if (topo->host_size[h] > 1) {
-      *second = topo->by_host[topo->host_first[h] + 1];
-      return topo->by_host[topo->host_first[h]];
+      intra[0] = topo->by_host[topo->host_first[h]];
+      intra[1] = topo->by_host[topo->host_first[h] + 1];
     }
-  *second = -1;
-  return -1;
+  inter[0] = topo->nhosts > 1 ? topo->rails[0] : -1;
+  inter[1] = topo->nhosts > 1 ? topo->rails[1] : -1;
 }
 
 /* The ring figure (algo.h), on 3 hosts or more: the first rank of every host exchanges with its
@@ -161,9 +161,10 @@ static chorus_status_t ring_probe(chorus_comm_t* comm, chorus_store_t* store, do
 
 static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   const chorus_topo_t* topo = &comm->topo;
-  int a = topo->by_host[0];
-  int b = -1, ia = intra_pair(topo, &b);
-  int c = topo->nhosts > 1 ? topo->rails[1] : -1; /* host 1's first rank */
+  int intra[2], inter[2];
+  chorus__tune_probe_pairs(topo, intra, inter);
+  int ia = intra[0], b = intra[1];
+  int a = topo->by_host[0], c = inter[1]; /* host 0's and host 1's first ranks */
   tune_figures_t f = {{0, 0}, {0, 0}, 0};
   chorus_link_model_t m;
   chorus_status_t st = CHORUS_OK;

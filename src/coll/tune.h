@@ -18,6 +18,10 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store);
 chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes,
                                      chorus_link_model_t* out);
 
+/* The probe's pairs: the first two ranks of the first host that has two (intra; -1, -1 when
+ * none) and the first ranks of hosts 0 and 1 (inter; -1, -1 on one host). */
+void chorus__tune_probe_pairs(const chorus_topo_t* topo, int intra[2], int inter[2]);
+
 /* Bandwidth from an exchange of `bytes` each way that took `us`, of which alpha_us start-up. */
 double chorus__tune_bytes_per_us(size_t bytes, double us, double alpha_us);
 

@@ -150,12 +150,16 @@ static chorus_status_t pick_listen_ip(const char* store_addr, char* ip, size_t i
   return chorus__sock_route_ip(store_addr, ip, iplen, err, errlen);
 }
 
-/* The store key of `what` for this communicator: "<comm id>/what", or "what" before rank 0 has
- * drawn the id (environment mode: the store serves this one communicator). */
-static const char* comm_key(const chorus_comm_t* comm, const char* what, int rank, char* key, size_t len) {
-  if (comm->comm_id) snprintf(key, len, "%016llx/%s/%d", (unsigned long long)comm->comm_id, what, rank);
+/* The store key "<comm id>/what/rank", or "what/rank" before rank 0 has drawn the id
+ * (environment mode: the store serves this one communicator). */
+static const char* id_key(uint64_t comm_id, const char* what, int rank, char* key, size_t len) {
+  if (comm_id) snprintf(key, len, "%016llx/%s/%d", (unsigned long long)comm_id, what, rank);
   else snprintf(key, len, "%s/%d", what, rank);
   return key;
+}
+
+static const char* comm_key(const chorus_comm_t* comm, const char* what, int rank, char* key, size_t len) {
+  return id_key(comm->comm_id, what, rank, key, len);
 }
 
 #define ABORT_POLL_MS 250
@@ -255,8 +259,9 @@ static chorus_status_t claim_rank(chorus_comm_t* comm, chorus_store_t* store, co
   if (!id && chorus__store_get(store, "comm_id", &val, &len, 1000) >= 0 && len == sizeof(id)) memcpy(&id, val, len);
   free(val);
   val = NULL;
-  snprintf(key, sizeof(key), "%016llx/peer/%d", (unsigned long long)id, comm->rank);
-  if (id && chorus__store_get(store, key, &val, &len, 1000) >= 0 && len == sizeof(first)) memcpy(&first, val, len);
+  if (id && chorus__store_get(store, id_key(id, "peer", comm->rank, key, sizeof(key)), &val, &len, 1000) >= 0 &&
+      len == sizeof(first))
+    memcpy(&first, val, len);
   free(val);
   first.host_id[CHORUS_ADDR_LEN - 1] = '\0';
   chorus__comm_set_error(comm, "rank %d (host %s, pid %d): another process holds rank %d already (host %s, pid %d): "

@@ -203,11 +203,8 @@ static void write_svg(const char* path, int n, const double* bw, double median) 
  * host's first rank sending to the next at once; the slowest host's exchange sets it). */
 static void write_tune(chorus_comm_t* comm, int rank, const char* path) {
   const chorus_topo_t* topo = &comm->topo;
-  int pair[2][2] = {{-1, -1}, {-1, -1}}; /* intra, inter */
-  for (int h = 0; h < topo->nhosts && pair[0][0] < 0; h++)
-    if (topo->host_size[h] > 1)
-      pair[0][0] = topo->by_host[topo->host_first[h]], pair[0][1] = topo->by_host[topo->host_first[h] + 1];
-  if (topo->nhosts > 1) pair[1][0] = topo->rails[0], pair[1][1] = topo->rails[1];
+  int pair[2][2]; /* intra, inter */
+  chorus__tune_probe_pairs(topo, pair[0], pair[1]);
   double mine[4] = {0, 0, 0, 0}, links[4]; /* intra alpha, bandwidth, inter alpha, bandwidth */
   for (int i = 0; i < 2; i++) {
     if (pair[i][0] >= 0 && (rank == pair[i][0] || rank == pair[i][1])) {

@@ -26,14 +26,6 @@ static double ring_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const 
 }
 static const chorus_ar_engine_t ring_engine = {"ring", ring_start, ring_step, ring_free, ring_cost, 1};
 
-/* ceil(log2 n), and whether n is not a power of two (the fold's two extra steps). */
-static int log2_up(int n, int* folded) {
-  int k = 0;
-  while ((1 << k) < n) k++;
-  *folded = (1 << k) != n;
-  return k;
-}
-
 static chorus_status_t rd_start(const chorus_sched_t* s, void** state) {
   chorus_rd_allreduce_t* e = NULL;
   chorus_status_t st = chorus__rd_allreduce_start(s, &e);
@@ -60,9 +52,9 @@ static chorus_status_t rhd_step(chorus_task_t* t, void* state) { return chorus__
 static void rhd_free(void* state) { chorus__rhd_free(state); }
 static double rhd_cost(double bytes, int n, const chorus_cost_ctx_t* cx, const chorus_link_model_t* link) {
   if (n <= 1) return 0.0;
-  int folded, k = log2_up(n, &folded);
-  if (folded) k--; /* the halving runs on the largest power of two below n */
-  double p = (double)(1 << k);
+  chorus_rd_shape_t sh; /* the halving runs on the largest power of two within n, the rest folds */
+  chorus__rd_shape(&sh, 0, n);
+  double k = sh.rounds, folded = sh.rem ? 1.0 : 0.0, p = sh.p;
   return (2.0 * k + 2.0 * folded) * link->alpha_us + (2.0 * (p - 1.0) / p + 2.0 * folded) * bytes / link->bytes_per_us +
          ((p - 1.0) / p + folded) * bytes / cx->reduce_bytes_per_us;
 }
