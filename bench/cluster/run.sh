@@ -22,7 +22,10 @@
 #                     4 streams one way, and with 1 and 4 streams each way at once (--bidir: what
 #                     an allreduce of 2 ranks asks of the link, where every rank sends and
 #                     receives at once), against chorus-perf allreduce 256 MiB with
-#                     CHORUS_NSOCKS_PER_PEER 1 and 4, alternating (--reps, --timeout-sec apply)
+#                     CHORUS_NSOCKS_PER_PEER 1 and 4, alternating (--reps, --timeout-sec apply);
+#                     and with CHORUS_SOCKET_CC=cubic (rows choruscubic_*)
+#   --cc NAME         with --line-rate: the hosts' default TCP congestion control (the
+#                     namespaces' net.ipv4.tcp_congestion_control) for every contender
 #   --no-install      do not apt-get install missing packages (missing contenders are skipped)
 #   -h, --help        this text
 # ompi_best: before the repetitions, each of coll_tuned_allreduce_algorithm 1..6 runs once at
@@ -40,7 +43,7 @@ ZIP_ROWS="zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk"
 SUBNET=198.18.0
 
 reps=3 sizes="4K 1M 64M" rows=$ALL_ROWS hosts=4 ranks=2 rate=2gbit out=/tmp/chorus-cluster
-run_timeout=300 line_rate=0 install=1 inner=0
+run_timeout=300 line_rate=0 install=1 inner=0 cc=""
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -56,6 +59,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift ;;
     --timeout-sec) run_timeout=${2:?}; shift ;;
     --line-rate) line_rate=1 ;;
+    --cc) cc=${2:?}; shift ;;
     --no-install) install=0 ;;
     --inner) inner=1 ;; # internal: we run inside the switch namespace of scripts/cluster.sh
     -h | --help) usage; exit 0 ;;
@@ -65,6 +69,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
 [[ $run_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout-sec needs seconds"
+[ -z "$cc" ] || [ $line_rate = 1 ] || die "--cc goes with --line-rate"
 [ $line_rate = 1 ] || for r in $rows; do [[ " $ALL_ROWS $ZIP_ROWS " == *" $r "* ]] || die "unknown row '$r'"; done
 
 bytes_of() { # 4K -> 4096
@@ -100,6 +105,7 @@ if [ $inner = 0 ]; then
   args=(--inner --reps "$reps" --sizes "$sizes" --rows "$rows" --hosts "$hosts" --ranks "$ranks"
     --rate "$rate" --out "$out" --timeout-sec "$run_timeout")
   [ $line_rate = 1 ] && args+=(--line-rate)
+  [ -n "$cc" ] && args+=(--cc "$cc")
   echo "# $(date -u '+%F %T') UTC; uptime: $(uptime)" | tee "$out/uptime.txt"
   # The whole run, bounded: every run's bound times the runs, plus set-up.
   nsz=$(wc -w <<<"$sizes"); nrows=$(wc -w <<<"$rows")
@@ -222,10 +228,16 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; if (NR % 2) 
 # ---- --line-rate: 2 hosts x 1 rank, unshaped: iperf3 against chorus-perf at 256 MiB ----
 if [ $line_rate = 1 ]; then
   csv=$out/line-rate.csv
+  line_rows="iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4 choruscubic_1 choruscubic_4"
+  if [ -n "$cc" ]; then
+    for ns in "${NS[@]}"; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc" || die "cannot set $cc"; done
+  fi
+  echo "# TCP congestion control of the hosts: $(ip netns exec "${NS[0]}" cat /proc/sys/net/ipv4/tcp_congestion_control)" |
+    tee "$out/cc.txt" >&2
   echo "rep,contender,gbit_per_s" >"$csv"
   b=$((256 << 20))
   for ((rep = 1; rep <= reps; rep++)); do
-    for c in iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4; do
+    for c in $line_rows; do
       log=$out/raw/line.$c.rep$rep.log
       case $c in
         iperf3_* | iperf3bidir_*)
@@ -246,8 +258,9 @@ e = json.load(open(sys.argv[1]))["end"]
 r = [e["sum_received"]["bits_per_second"]] + ([e["sum_received_bidir_reverse"]["bits_per_second"]] if "sum_received_bidir_reverse" in e else [])
 print(sum(r) / len(r) / 1e9)' "$log") || v=""
           ;;
-        chorus_*)
-          chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#chorus_}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
+        chorus_* | choruscubic_*)
+          cc=(); [[ $c == choruscubic_* ]] && cc=(CHORUS_SOCKET_CC=cubic)
+          chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#*_}" "${cc[@]}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
           # busbw (GB/s) as Gbit/s: comparable with iperf3's per-direction rate
           v=$(awk -v b="$b" '$1 == b && $NF == 0 { print $8 * 8 }' "$log")
           ;;
@@ -262,17 +275,19 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
       END { for (k in v) if (k in d) print v[k] / d[k] }' "$csv" | median
   }
   {
-    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions | / iperf3 both directions, 4 streams | / Chorus, 1 socket |"
+    echo "| contender (2 hosts x 1 rank, unshaped veth) | Gbit/s (median of $reps) | / iperf3 1 stream (same-run, median) | / iperf3 4 streams | / iperf3 both directions | / iperf3 both directions, 4 streams | / Chorus, 1 socket (same congestion control) |"
     echo "|---|---|---|---|---|---|---|"
-    for c in iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4; do
+    for c in $line_rows; do
       m=$(awk -F, -v c=$c '$2 == c { print $3 }' "$csv" | median) || m=""
       [ -n "$m" ] || { echo "| $c | failed | | | | | |"; continue; }
       r1=$(same_run_ratio "$c" iperf3_1) r4=$(same_run_ratio "$c" iperf3_4)
       rb=$(same_run_ratio "$c" iperf3bidir_1) rb4=$(same_run_ratio "$c" iperf3bidir_4)
       rc1=""; [[ $c == chorus_* ]] && rc1=$(same_run_ratio "$c" chorus_1)
+      [[ $c == choruscubic_* ]] && rc1=$(same_run_ratio "$c" choruscubic_1)
       awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" -v f="$rb4" -v g="$rc1" 'BEGIN {
         name = c; sub("iperf3bidir_", "iperf3 --bidir (each direction), streams ", name); sub("iperf3_", "iperf3, streams ", name)
         sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
+        sub("choruscubic_", "chorus-perf allreduce 256 MiB busbw, CHORUS_SOCKET_CC=cubic, NSOCKS_PER_PEER=", name)
         printf "| %s | %.2f | %s | %s | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e), ratio(f), ratio(g) }
         function ratio(r) { return r == "" ? "-" : sprintf("%.2fx", r) }'
     done

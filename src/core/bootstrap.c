@@ -311,6 +311,8 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
   }
   st = pick_listen_ip(store_addr, ip, sizeof(ip), err, sizeof(err));
   if (st >= 0) st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
+  /* Before its address is published: the connections it accepts inherit it. */
+  if (st >= 0 && comm->tcp_cc[0]) st = chorus__sock_set_cc(listen_fd, comm->tcp_cc, err, sizeof(err));
   if (st < 0) {
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
     goto out;
@@ -515,6 +517,7 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
     snprintf(ip, sizeof(ip), "%s", comm->tp.peers[comm->rank].addr);
     ip[strcspn(ip, ":")] = '\0';
     st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
+    if (st >= 0 && comm->tcp_cc[0]) st = chorus__sock_set_cc(listen_fd, comm->tcp_cc, err, sizeof(err));
     if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", err);
   }
   /* Every parent rank takes part in both exchanges, members or not. */
@@ -547,6 +550,7 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
     c->timeout_sec = comm->timeout_sec;
     c->connect_timeout_sec = comm->connect_timeout_sec;
     c->nsocks = comm->nsocks;
+    memcpy(c->tcp_cc, comm->tcp_cc, sizeof(c->tcp_cc)); /* the listener above has the parent's */
     memcpy(c->host_id, comm->host_id, sizeof(c->host_id));
     c->cost.intra = comm->cost.intra; /* the same links: no probe, unless variables say otherwise */
     c->cost.inter = comm->cost.inter;

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -150,6 +152,20 @@ static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, ch
   return CHORUS_OK;
 }
 
+/* CHORUS_SOCKET_CC, checked on a scratch socket so that a name the kernel refuses fails here,
+ * before this rank joins the others. */
+static chorus_status_t read_tcp_cc(chorus_comm_t* comm, char* err, size_t errlen) {
+  const char* cc = chorus__param_str(CHORUS_PARAM_SOCKET_CC);
+  if (!cc[0]) return CHORUS_OK;
+  if (strlen(cc) >= sizeof(comm->tcp_cc)) {
+    snprintf(err, errlen, "CHORUS_SOCKET_CC=\"%.40s...\" is too long for a congestion control name", cc);
+    return CHORUS_ERR_INVALID_ARG;
+  }
+  chorus_status_t st = chorus__sock_set_cc(-1, cc, err, errlen);
+  if (st >= 0) snprintf(comm->tcp_cc, sizeof(comm->tcp_cc), "%s", cc);
+  return st;
+}
+
 chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg) {
   chorus__log_init();
   char err[300] = "";
@@ -199,7 +215,8 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
       snprintf(comm->host_id, sizeof(comm->host_id), "%s", cfg->host_id);
   }
   if (!comm->host_id[0]) chorus__host_id(comm->host_id, sizeof(comm->host_id));
-  chorus_status_t st = parse_algo_spec(comm, chorus__param_str(CHORUS_PARAM_ALGO), err, sizeof(err));
+  chorus_status_t st = read_tcp_cc(comm, err, sizeof(err));
+  if (st >= 0) st = parse_algo_spec(comm, chorus__param_str(CHORUS_PARAM_ALGO), err, sizeof(err));
   if (st >= 0) st = chorus__compression_from_env(&comm->compression_env, err, sizeof(err));
   comm->compression = comm->compression_env;
   if (st < 0) {
@@ -345,7 +362,7 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
   if (st >= 0) st = chorus__transport_create(&comm->tp, comm->rank, comm->nranks, comm->comm_id);
   if (st >= 0) st = chorus__match_init(&comm->tp, comm->p2p_eager_bytes, comm->p2p_unexpected_bytes);
   if (st >= 0)
-    st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->secret, deadline);
+    st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->tcp_cc, comm->secret, deadline);
   if (st >= 0 && comm->shm_enabled)
     st = chorus__transport_setup_shm(&comm->tp, chorus__topo_host_group(&comm->topo, comm->topo.host_of[comm->rank], comm->rank),
                                      comm->shm_ring_bytes, comm->shm_slot_bytes, deadline);
@@ -436,6 +453,18 @@ const char* chorus__comm_peer_transport(const chorus_comm_t* comm, int peer) {
   if (!comm || peer < 0 || peer >= comm->nranks || !comm->tp.peers) return NULL;
   const chorus_peer_t* p = &comm->tp.peers[peer];
   return p->is_self ? "self" : p->socks[0].is_shm ? "shm" : "tcp";
+}
+
+void chorus__comm_tcp_cc(const chorus_comm_t* comm, char* buf, size_t len) {
+  buf[0] = 0;
+  for (int p = 0; comm && comm->tp.peers && p < comm->nranks; p++) {
+    const chorus_peer_t* peer = &comm->tp.peers[p];
+    if (peer->is_self || !peer->nsocks || peer->socks[0].is_shm || peer->socks[0].fd < 0) continue;
+    socklen_t n = (socklen_t)(len - 1);
+    if (getsockopt(peer->socks[0].fd, IPPROTO_TCP, TCP_CONGESTION, buf, &n) == 0) buf[n < len ? n : len - 1] = 0;
+    else buf[0] = 0;
+    return;
+  }
 }
 
 const char* chorus__comm_peer_host(const chorus_comm_t* comm, int peer) {

@@ -36,6 +36,7 @@ struct chorus_comm {
   uint64_t comm_id;
   uint8_t secret[CHORUS_SECRET_BYTES];
   char name[64];
+  char tcp_cc[32]; /* CHORUS_SOCKET_CC: the sockets' congestion control ("": the system's) */
   int split_count; /* splits made from this communicator, for child ids */
 
   /* Settings (config struct, else CHORUS_* variables, else defaults). */
@@ -166,6 +167,8 @@ void chorus__engine_complete(chorus_comm_t* comm, chorus_req_t* req, chorus_stat
 /* For chorus-diag: the transport name used to reach `peer` ("self", "tcp") and its host id
  * and listening address; NULL for an invalid peer. */
 const char* chorus__comm_peer_transport(const chorus_comm_t* comm, int peer);
+/* The congestion control this rank's first TCP socket to another rank runs ("" without one). */
+void chorus__comm_tcp_cc(const chorus_comm_t* comm, char* buf, size_t len);
 const char* chorus__comm_peer_host(const chorus_comm_t* comm, int peer);
 const char* chorus__comm_peer_addr(const chorus_comm_t* comm, int peer);
 

@@ -29,6 +29,42 @@ void chorus__sock_tune(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/* The first line of a /proc file, without its newline ("" when unreadable). */
+static void read_proc_line(const char* path, char* buf, size_t len) {
+  buf[0] = 0;
+  FILE* f = fopen(path, "r");
+  if (!f) return;
+  if (!fgets(buf, (int)len, f)) buf[0] = 0;
+  fclose(f);
+  buf[strcspn(buf, "\n")] = 0;
+}
+
+chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t errlen) {
+  int scratch = fd < 0;
+  if (scratch) fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "socket failed: %s", strerror(errno));
+    return CHORUS_ERR_SYSTEM;
+  }
+  char got[32] = "";
+  socklen_t got_len = sizeof(got) - 1;
+  int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name));
+  if (rc == 0) rc = getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &got_len);
+  int set_errno = errno;
+  if (scratch) close(fd);
+  if (rc == 0 && strcmp(got, name) == 0) return CHORUS_OK;
+  /* Unprivileged processes may pick only the allowed ones; root any available one. */
+  char available[256], allowed[256];
+  read_proc_line("/proc/sys/net/ipv4/tcp_available_congestion_control", available, sizeof(available));
+  read_proc_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof(allowed));
+  char why[96];
+  if (rc != 0) snprintf(why, sizeof(why), "the kernel refused it (%s)", strerror(set_errno));
+  else snprintf(why, sizeof(why), "the socket runs \"%s\" instead", got);
+  snprintf(err, errlen, "CHORUS_SOCKET_CC=\"%s\": %s; available: %s; allowed without CAP_NET_ADMIN: %s", name, why,
+           available[0] ? available : "?", allowed[0] ? allowed : "?");
+  return CHORUS_ERR_INVALID_ARG;
+}
+
 /* Does interface `name` match one comma-separated entry of `list` (prefix or exact match)? */
 static int if_in_list(const char* name, const char* list, int exact) {
   char buf[256];
@@ -135,7 +171,7 @@ static void sleep_ns(uint64_t ns) {
   nanosleep(&ts, NULL);
 }
 
-chorus_status_t chorus__sock_connect(const char* hostport, uint64_t deadline_ns, int max_tries,
+chorus_status_t chorus__sock_connect(const char* hostport, uint64_t deadline_ns, int max_tries, const char* cc,
                                      int* fd_out, char* err, size_t errlen) {
   struct sockaddr_storage sa;
   socklen_t salen;
@@ -148,6 +184,10 @@ chorus_status_t chorus__sock_connect(const char* hostport, uint64_t deadline_ns,
     if (fd < 0) {
       snprintf(err, errlen, "socket failed: %s", strerror(errno));
       return CHORUS_ERR_SYSTEM;
+    }
+    if (cc && cc[0] && (st = chorus__sock_set_cc(fd, cc, err, errlen)) < 0) {
+      close(fd);
+      return st;
     }
     if (connect(fd, (struct sockaddr*)&sa, salen) == 0) {
       chorus__sock_tune(fd);

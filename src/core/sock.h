@@ -29,8 +29,9 @@ chorus_status_t chorus__sock_listen(const char* ip, int port, int* fd, char* bou
                                     size_t boundlen, char* err, size_t errlen);
 
 /* Connects, retrying refused/unreachable attempts with backoff (1 ms doubling to 1 s) until
- * deadline_ns or max_tries. Returns a blocking fd with TCP_NODELAY set. */
-chorus_status_t chorus__sock_connect(const char* hostport, uint64_t deadline_ns, int max_tries,
+ * deadline_ns or max_tries. Returns a blocking fd with TCP_NODELAY set, and congestion control
+ * cc unless NULL or "" (set before connecting: chorus__sock_set_cc). */
+chorus_status_t chorus__sock_connect(const char* hostport, uint64_t deadline_ns, int max_tries, const char* cc,
                                      int* fd, char* err, size_t errlen);
 
 /* Blocking full transfer bounded by deadline_ns (poll-based). ERR_TIMEOUT, ERR_REMOTE on EOF
@@ -40,6 +41,12 @@ chorus_status_t chorus__sock_read_all(int fd, void* buf, size_t len, uint64_t de
 
 int chorus__sock_set_nonblock(int fd, int on);
 void chorus__sock_tune(int fd); /* TCP_NODELAY, larger buffers */
+
+/* Sets fd's TCP congestion control to `name` and reads it back. ERR_INVALID_ARG, with the
+ * kernel's reason and the names it offers in err, when it refuses. fd < 0: checks the name on a
+ * scratch socket. Set it before the connection exists (on a listener, for the connections it
+ * accepts): a connection that started under bbr keeps the kernel's pacing after a change. */
+chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t errlen);
 
 
 

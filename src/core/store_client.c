@@ -23,7 +23,7 @@ chorus_status_t chorus__store_connect(const char* addr, const uint8_t secret[CHO
                                       char* err, size_t errlen) {
   int fd = -1;
   char why[200];
-  chorus_status_t st = chorus__sock_connect(addr, deadline_ns, max_tries, &fd, why, sizeof(why));
+  chorus_status_t st = chorus__sock_connect(addr, deadline_ns, max_tries, NULL, &fd, why, sizeof(why));
   if (st < 0) {
     snprintf(err, errlen, "cannot reach the bootstrap store: %s", why);
     return st;

@@ -4,6 +4,8 @@
  * two stream operations the shared data path (transport.c) calls on a socket.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,13 +40,13 @@ static chorus_status_t alloc_sockets(chorus_transport_t* tp, int nsocks) {
 
 /* Dials every lower rank and sends the hello; replies are read after the accept phase, so no
  * rank ever waits on a rank that is itself waiting. */
-static chorus_status_t dial_lower(chorus_transport_t* tp, const chorus_peer_info_t* infos,
+static chorus_status_t dial_lower(chorus_transport_t* tp, const chorus_peer_info_t* infos, const char* cc,
                                   const chorus_hello_t* hello_tmpl, uint64_t deadline_ns) {
   for (int p = 0; p < tp->rank; p++) {
     for (int i = 0; i < tp->peers[p].nsocks; i++) {
       int fd = -1;
       char why[256];
-      chorus_status_t st = chorus__sock_connect(infos[p].addr, deadline_ns, 1 << 30, &fd, why, sizeof(why));
+      chorus_status_t st = chorus__sock_connect(infos[p].addr, deadline_ns, 1 << 30, cc, &fd, why, sizeof(why));
       if (st < 0) {
         snprintf(tp->err, sizeof(tp->err), "rank %d cannot connect to rank %d (host %s): %s",
                  tp->rank, p, infos[p].host_id, why);
@@ -150,8 +152,28 @@ static chorus_status_t read_replies(chorus_transport_t* tp, const chorus_peer_in
   return CHORUS_OK;
 }
 
+/* Every socket reports congestion control cc: what the kernel did with the listener's setting is
+ * checked, not assumed. */
+static chorus_status_t check_cc(chorus_transport_t* tp, const char* cc) {
+  int nsocks = 0;
+  for (int p = 0; p < tp->nranks; p++)
+    for (int i = 0; i < tp->peers[p].nsocks; i++) {
+      int fd = tp->peers[p].socks[i].fd;
+      char got[32] = "";
+      socklen_t len = sizeof(got) - 1;
+      if (fd < 0) continue;
+      if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &len) != 0 || strcmp(got, cc) != 0) {
+        snprintf(tp->err, sizeof(tp->err), "CHORUS_SOCKET_CC=\"%s\": the connection to rank %d runs \"%s\"", cc, p, got);
+        return CHORUS_ERR_SYSTEM;
+      }
+      nsocks++;
+    }
+  CH_INFO(INIT, tp->rank, "TCP congestion control %s on its %d socket(s) to other ranks (CHORUS_SOCKET_CC)", cc, nsocks);
+  return CHORUS_OK;
+}
+
 chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen_fd,
-                                              const chorus_peer_info_t* infos, int nsocks,
+                                              const chorus_peer_info_t* infos, int nsocks, const char* cc,
                                               const uint8_t secret[16], uint64_t deadline_ns) {
   chorus_status_t st = alloc_sockets(tp, nsocks);
   if (st < 0) return st;
@@ -162,9 +184,10 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
   chorus_hello_t hello = {.magic = CHORUS_HELLO_MAGIC, .version = CHORUS_PROTO_VERSION,
                           .rank = tp->rank, .nranks = tp->nranks, .comm_id = tp->comm_id};
   memcpy(hello.secret, secret, 16);
-  st = dial_lower(tp, infos, &hello, deadline_ns);
+  st = dial_lower(tp, infos, cc, &hello, deadline_ns);
   if (st >= 0) st = accept_higher(tp, listen_fd, nsocks, secret, deadline_ns);
   if (st >= 0) st = read_replies(tp, infos, deadline_ns);
+  if (st >= 0 && cc[0]) st = check_cc(tp, cc);
   if (st < 0) return st;
   for (int p = 0; p < tp->nranks; p++)
     for (int i = 0; i < tp->peers[p].nsocks; i++) {

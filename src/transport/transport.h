@@ -163,9 +163,11 @@ const char* chorus__hello_check(const chorus_transport_t* tp, const chorus_hello
 chorus_status_t chorus__transport_create(chorus_transport_t* tp, int rank, int nranks,
                                          uint64_t comm_id);
 /* Connects every pair: rank r connects to lower ranks and accepts higher ranks, nsocks sockets
- * each, authenticating with the secret. listen_fd is this rank's listener. */
+ * each, authenticating with the secret. listen_fd is this rank's listener. cc: the congestion
+ * control of every socket ("": the system's), which the listener must have had from before
+ * anyone could connect (its connections inherit it); checked on every socket. */
 chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen_fd,
-                                              const chorus_peer_info_t* infos, int nsocks,
+                                              const chorus_peer_info_t* infos, int nsocks, const char* cc,
                                               const uint8_t secret[16], uint64_t deadline_ns);
 /* Maps a shared segment with the other ranks of this host (`host`: their ranks in rank order,
  * me = this rank's index) and moves their traffic to it; falls back to TCP (with a warning)

@@ -92,6 +92,7 @@ typedef struct {
   char host[64];
   char addr[64];
   char transports[112]; /* one letter per peer: s(hm), t(cp), . (itself) */
+  char tcp_cc[16];      /* what its TCP sockets' congestion control is ("-": none) */
 } topo_rec_t;
 
 static void report_topo(chorus_comm_t* comm, int rank, int n) {
@@ -102,16 +103,20 @@ static void report_topo(chorus_comm_t* comm, int rank, int n) {
   snprintf(me.addr, sizeof(me.addr), "%s", chorus__comm_peer_addr(comm, rank));
   for (int p = 0; p < n && p < (int)sizeof(me.transports) - 1; p++)
     me.transports[p] = p == rank ? '.' : chorus__comm_peer_transport(comm, p)[0];
+  chorus__comm_tcp_cc(comm, me.tcp_cc, sizeof(me.tcp_cc));
+  if (!me.tcp_cc[0]) snprintf(me.tcp_cc, sizeof(me.tcp_cc), "-");
   topo_rec_t* all = rank == 0 ? calloc((size_t)n, sizeof(*all)) : NULL;
   CHECK(chorus_gather(&me, all, sizeof(me), CHORUS_UINT8, 0, comm));
   if (rank != 0) return;
   int hosts = 0;
   chorus_comm_host_count(comm, &hosts);
-  printf("# %d ranks on %d host(s); transport to peer p: s = shared memory, t = tcp, . = itself\n", n, hosts);
-  printf("%5s %-24s %6s %6s %8s %-22s %s\n", "rank", "host", "local", "of", "pid", "listens on", "transport per peer");
+  printf("# %d ranks on %d host(s); transport to peer p: s = shared memory, t = tcp, . = itself; tcp cc: the\n"
+         "# TCP sockets' congestion control (CHORUS_SOCKET_CC; bbr without an fq qdisc paces in the kernel)\n", n, hosts);
+  printf("%5s %-24s %6s %6s %8s %-22s %-8s %s\n", "rank", "host", "local", "of", "pid", "listens on", "tcp cc",
+         "transport per peer");
   for (int r = 0; r < n; r++)
-    printf("%5d %-24s %6d %6d %8d %-22s %s\n", all[r].rank, all[r].host, all[r].local_rank,
-           all[r].local_size, all[r].pid, all[r].addr, all[r].transports);
+    printf("%5d %-24s %6d %6d %8d %-22s %-8s %s\n", all[r].rank, all[r].host, all[r].local_rank,
+           all[r].local_size, all[r].pid, all[r].addr, all[r].tcp_cc, all[r].transports);
   free(all);
 }
 

@@ -1,0 +1,53 @@
+#!/bin/bash
+# test_socket_cc.sh CHORUS_RUN CHORUS_DIAG SPLIT_TEST - CHORUS_SOCKET_CC: every TCP socket between
+# ranks runs the congestion control it names (read back from the kernel by chorus-diag --topo,
+# both ends, several sockets per peer, split communicators too), the system's without it, and a
+# name the kernel refuses or cannot hold fails at creation with the variable named.
+source "$(dirname "$0")/lib.sh"
+RUN=${1:?usage: test_socket_cc.sh CHORUS_RUN CHORUS_DIAG SPLIT_TEST}
+DIAG=${2:?missing CHORUS_DIAG}
+SPLIT=${3:?missing SPLIT_TEST}
+
+sys_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control) || fail "cannot read the system's congestion control"
+want=reno # built into every kernel; another one when it is already the default
+[ "$sys_cc" = reno ] && want=cubic
+grep -qw "$want" /proc/sys/net/ipv4/tcp_available_congestion_control || { echo "SKIP: $want is not available"; exit 77; }
+
+# tcp_cc_column OUT: the "tcp cc" column of every rank's row of chorus-diag --topo.
+tcp_cc_column() { awk '$1 ~ /^[0-9]+$/ { print $7 }' "$1" | sort | uniq -c | awk '{ print $2 "x" $1 }'; }
+
+timeout -s KILL 30 "$RUN" -n 3 -x CHORUS_SHM_DISABLE=1 "$DIAG" --topo >"$TMP/sys.out" 2>"$TMP/sys.err" ||
+  fail "default: exited $?: $(tail -n 3 "$TMP/sys.err")"
+[ "$(tcp_cc_column "$TMP/sys.out")" = "${sys_cc}x3" ] || fail "default: tcp cc '$(tcp_cc_column "$TMP/sys.out")', system's $sys_cc"
+ok "without the variable every rank's sockets run the system's $sys_cc"
+
+timeout -s KILL 30 "$RUN" -n 3 -x CHORUS_SHM_DISABLE=1 -x CHORUS_NSOCKS_PER_PEER=2 -x CHORUS_SOCKET_CC=$want \
+  -x CHORUS_LOG_LEVEL=info -x CHORUS_LOG_SUBSYS=init "$DIAG" --topo --check >"$TMP/set.out" 2>"$TMP/set.err" ||
+  fail "$want: exited $?: $(tail -n 3 "$TMP/set.err")"
+[ "$(tcp_cc_column "$TMP/set.out")" = "${want}x3" ] || fail "$want: tcp cc '$(tcp_cc_column "$TMP/set.out")'"
+n=$(grep -c "TCP congestion control $want on its 4 socket(s)" "$TMP/set.err")
+[ "$n" = 3 ] || fail "$want: $n ranks logged their 4 sockets: $(grep -i congestion "$TMP/set.err")"
+grep -q "^# every collective verified" "$TMP/set.out" || fail "$want: --check: $(tail -n 3 "$TMP/set.out")"
+ok "CHORUS_SOCKET_CC=$want: 2 sockets to each of 2 peers on 3 ranks, checked on every socket, collectives correct"
+
+# Thread ranks over TCP: parents and their split communicators (each checks its own sockets).
+CHORUS_SHM_DISABLE=1 CHORUS_SOCKET_CC=$want CHORUS_LOG_LEVEL=info CHORUS_LOG_SUBSYS=init \
+  timeout -s KILL 60 "$SPLIT" n4 >"$TMP/split.out" 2>&1 || fail "split test exited $?: $(tail -n 5 "$TMP/split.out")"
+n=$(grep -c "TCP congestion control $want" "$TMP/split.out")
+((n > 4)) || fail "split: only $n communicators checked their sockets"
+ok "split communicators: $n communicators' sockets run $want"
+
+t0=$(now_us)
+timeout -s KILL 30 "$RUN" -n 2 -x CHORUS_SOCKET_CC=nonesuch "$DIAG" --topo >"$TMP/bad.out" 2>"$TMP/bad.err" &&
+  fail "CHORUS_SOCKET_CC=nonesuch: the job succeeded"
+(($(now_us) - t0 < 20000000)) || fail "CHORUS_SOCKET_CC=nonesuch: took $((($(now_us) - t0) / 1000)) ms to fail"
+grep -q 'CHORUS_SOCKET_CC="nonesuch": the kernel refused it' "$TMP/bad.err" || fail "nonesuch: $(cat "$TMP/bad.err")"
+grep -q "available: .*$sys_cc" "$TMP/bad.err" || fail "nonesuch: the message names no available one: $(cat "$TMP/bad.err")"
+grep -q CHORUS_ERR_INVALID_ARG "$TMP/bad.err" || fail "nonesuch: not ERR_INVALID_ARG: $(cat "$TMP/bad.err")"
+ok "a name the kernel refuses fails at creation, naming the variable and the available ones"
+
+timeout -s KILL 30 "$RUN" -n 1 -x CHORUS_SOCKET_CC=a_congestion_control_name_longer_than_any "$DIAG" --topo \
+  >"$TMP/long.out" 2>"$TMP/long.err" && fail "a 41-character name: the job succeeded"
+grep -q "is too long for a congestion control name" "$TMP/long.err" || fail "long name: $(cat "$TMP/long.err")"
+ok "a name longer than the kernel holds fails at creation"
+done_testing
