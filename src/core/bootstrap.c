@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -163,6 +164,8 @@ static const char* comm_key(const chorus_comm_t* comm, const char* what, int ran
 }
 
 #define ABORT_POLL_MS 250
+/* How long a refusing rank keeps its process's store for the others: a few of their polls. */
+#define ABORT_LINGER_MS 3000
 
 /* Waits for key until deadline, looking every ABORT_POLL_MS for the abort entry that a rank
  * which found the job inconsistent leaves (publish_abort): a rank waiting for a peer that will
@@ -193,6 +196,40 @@ static void publish_abort(chorus_comm_t* comm, chorus_store_t* store) {
   char abort_key[64];
   comm_key(comm, "abort", 0, abort_key, sizeof(abort_key));
   chorus__store_set(store, abort_key, comm->last_error, strlen(comm->last_error));
+}
+
+/* A rank that refused the job left its reason in the store for the others; when the store is
+ * this process's (rank 0 in environment mode, or the rank that drew the id), exiting at once
+ * would take it away from ranks still waiting there, which would then see only a lost store.
+ * So it waits, briefly, until the store has served everyone (its thread ends once every rank
+ * said done or left). */
+static void linger_for_readers(void) {
+  uint64_t until = chorus__now_ns() + ABORT_LINGER_MS * 1000000ull;
+  while (chorus__store_servers_live() > 0 && chorus__now_ns() < until) {
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Every rank was given the settings this rank was (chorus__comm_shared_setting: its own entry's
+ * hashes); else the first that differs is named, with this rank's value, and the job aborted. */
+static chorus_status_t check_shared_settings(chorus_comm_t* comm, chorus_store_t* store,
+                                             const chorus_peer_info_t* infos) {
+  const chorus_peer_info_t* me = &infos[comm->rank];
+  char value[256];
+  for (int p = 0; p < comm->nranks; p++)
+    for (int i = 0; i < CHORUS_SHARED_SETTINGS_MAX; i++) {
+      const char* name = chorus__comm_shared_setting(comm, i, value, sizeof(value));
+      if (!name) break;
+      const chorus_peer_info_t* info = &infos[p];
+      if (info->shared_settings[i] == me->shared_settings[i]) continue;
+      chorus__comm_set_error(comm, "rank %d (host %s): rank %d (host %s, pid %d) was given another %s than this "
+                             "rank's \"%s\": every rank of a job needs the same", comm->rank, comm->host_id, p,
+                             info->host_id, (int)info->pid, name, value);
+      publish_abort(comm, store);
+      return CHORUS_ERR_MISMATCH;
+    }
+  return CHORUS_OK;
 }
 
 /* Reads every rank's info from the store, naming the first rank that never published, or one
@@ -233,7 +270,7 @@ static chorus_status_t gather_infos(chorus_comm_t* comm, chorus_store_t* store,
       return CHORUS_ERR_MISMATCH;
     }
   }
-  return CHORUS_OK;
+  return check_shared_settings(comm, store, infos);
 }
 
 /* Takes this rank's number in the store, atomically, before anything else (a second rank 0 must
@@ -335,6 +372,7 @@ out:
   if (listen_fd >= 0) close(listen_fd);
   chorus__store_close(store);
   free(infos);
+  if (st == CHORUS_ERR_MISMATCH) linger_for_readers();
   return st;
 }
 

@@ -129,6 +129,9 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
 void chorus__host_id(char* out, size_t outlen);
 /* What this rank tells its peers about itself at bootstrap (its listening address aside). */
 void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me);
+/* Setting i of those every rank of a communicator must share: its variable's name, and this
+ * rank's value in `value`; NULL past the last. */
+const char* chorus__comm_shared_setting(const chorus_comm_t* comm, int i, char* value, size_t len);
 
 /* ---- engine (progress.c) ---- */
 /* Queues a task built by src/coll (comm->mu held); starts the background thread for

@@ -268,6 +268,10 @@ static int store_finished(const server_t* s) {
   return s->done_count > 0 && s->nclients == 0;
 }
 
+static int live_servers;
+
+int chorus__store_servers_live(void) { return __atomic_load_n(&live_servers, __ATOMIC_ACQUIRE); }
+
 static void* server_main(void* arg) {
   server_t* s = arg;
   pthread_setname_np(pthread_self(), "chorus-store");
@@ -296,6 +300,7 @@ static void* server_main(void* arg) {
   CH_DEBUG(STORE, -1, "bootstrap store exits after %d clients finished", s->done_count);
   free(pfds);
   chorus__store_server_free(s);
+  __atomic_sub_fetch(&live_servers, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
@@ -369,9 +374,11 @@ chorus_status_t chorus__store_server_start(const char* ip, int port,
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t tid;
+  __atomic_add_fetch(&live_servers, 1, __ATOMIC_RELEASE);
   int rc = pthread_create(&tid, &attr, server_main, s);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
+    __atomic_sub_fetch(&live_servers, 1, __ATOMIC_RELEASE);
     snprintf(err, errlen, "cannot start the store thread: %s", strerror(rc));
     close(s->listen_fd);
     free(s);

@@ -131,6 +131,8 @@ typedef struct chorus_transport {
   int err_peer;  /* the peer that error is about, or -1 */
 } chorus_transport_t;
 
+#define CHORUS_SHARED_SETTINGS_MAX 12
+
 /* Peer info exchanged at bootstrap. */
 typedef struct {
   char host_id[CHORUS_ADDR_LEN];
@@ -139,6 +141,8 @@ typedef struct {
   int32_t cpus;                /* online CPUs of its machine */
   char machine[CHORUS_ADDR_LEN]; /* its machine: the kernel's boot id, whatever host id it claims */
   int32_t nranks;              /* the size it was started for */
+  /* Hashes of the settings every rank must share (chorus__comm_shared_setting), in its order. */
+  uint64_t shared_settings[CHORUS_SHARED_SETTINGS_MAX];
 } chorus_peer_info_t;
 
 /* Connection handshake: what a connecting rank sends first. */
