@@ -259,8 +259,8 @@ r = [e["sum_received"]["bits_per_second"]] + ([e["sum_received_bidir_reverse"]["
 print(sum(r) / len(r) / 1e9)' "$log") || v=""
           ;;
         chorus_* | choruscubic_*)
-          cc=(); [[ $c == choruscubic_* ]] && cc=(CHORUS_SOCKET_CC=cubic)
-          chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#*_}" "${cc[@]}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
+          cc_env=(); [[ $c == choruscubic_* ]] && cc_env=(CHORUS_SOCKET_CC=cubic)
+          chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#*_}" "${cc_env[@]}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
           # busbw (GB/s) as Gbit/s: comparable with iperf3's per-direction rate
           v=$(awk -v b="$b" '$1 == b && $NF == 0 { print $8 * 8 }' "$log")
           ;;

@@ -217,7 +217,7 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
 
 /* ---- a file (chorus-diag --tune) and the variables ---- */
 
-static int parse_link(const char* txt, chorus_link_model_t* out) {
+int chorus__tune_parse_link(const char* txt, chorus_link_model_t* out) {
   double alpha, beta;
   char tail;
   if (sscanf(txt, " %lf , %lf %c", &alpha, &beta, &tail) != 2 || !(alpha >= 0) || !(beta > 0)) return 0;
@@ -257,7 +257,7 @@ static chorus_status_t apply_variable(chorus_comm_t* comm, chorus_param_id_t id,
                                       chorus_link_model_t* link) {
   const char* v = chorus__param_str(id);
   if (!v[0]) return CHORUS_OK;
-  if (parse_link(v, link)) return CHORUS_OK;
+  if (chorus__tune_parse_link(v, link)) return CHORUS_OK;
   chorus__comm_set_error(comm, "%s=%s: expected ALPHA_US,BYTES_PER_US (e.g. 15,2000)", name, v);
   return CHORUS_ERR_INVALID_ARG;
 }

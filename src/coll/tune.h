@@ -41,4 +41,7 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx);
  * before it sleeps (others: CHORUS_SPIN_ONE_HOST_US). */
 int chorus__tune_spin_us(const chorus_cost_ctx_t* cx);
 
+/* "ALPHA_US,BYTES_PER_US" (CHORUS_LINK_INTRA, CHORUS_LINK_INTER): 1 and *out when valid. */
+int chorus__tune_parse_link(const char* txt, chorus_link_model_t* out);
+
 #endif /* CHORUS_COLL_TUNE_H */

@@ -15,6 +15,7 @@
 
 #include "core/clock.h"
 #include "core/comm.h"
+#include "coll/coll.h"
 #include "coll/tune.h"
 #include "core/live.h"
 #include "core/log.h"
@@ -211,18 +212,17 @@ static void linger_for_readers(void) {
   }
 }
 
-/* Every rank was given the settings this rank was (chorus__comm_shared_setting: its own entry's
+/* Every rank was given the settings this rank was (chorus__shared_setting: its own entry's
  * hashes); else the first that differs is named, with this rank's value, and the job aborted. */
 static chorus_status_t check_shared_settings(chorus_comm_t* comm, chorus_store_t* store,
                                              const chorus_peer_info_t* infos) {
   const chorus_peer_info_t* me = &infos[comm->rank];
-  char value[256];
   for (int p = 0; p < comm->nranks; p++)
-    for (int i = 0; i < CHORUS_SHARED_SETTINGS_MAX; i++) {
-      const char* name = chorus__comm_shared_setting(comm, i, value, sizeof(value));
-      if (!name) break;
+    for (int i = 0; i < CHORUS_SHARED_SETTINGS; i++) {
       const chorus_peer_info_t* info = &infos[p];
       if (info->shared_settings[i] == me->shared_settings[i]) continue;
+      char value[1024];
+      const char* name = chorus__shared_setting(comm, i, value, sizeof(value));
       chorus__comm_set_error(comm, "rank %d (host %s): rank %d (host %s, pid %d) was given another %s than this "
                              "rank's \"%s\": every rank of a job needs the same", comm->rank, comm->host_id, p,
                              info->host_id, (int)info->pid, name, value);
@@ -372,7 +372,7 @@ out:
   if (listen_fd >= 0) close(listen_fd);
   chorus__store_close(store);
   free(infos);
-  if (st == CHORUS_ERR_MISMATCH) linger_for_readers();
+  if (st == CHORUS_ERR_MISMATCH && claimed) linger_for_readers(); /* a refused claimant told no one */
   return st;
 }
 

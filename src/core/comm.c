@@ -288,55 +288,10 @@ void chorus__host_id(char* out, size_t outlen) {
   snprintf(out, outlen, "%s%s%s", host, boot[0] ? "/" : "", boot);
 }
 
-/* Settings that ranks must share to be one job: how they connect (sockets per peer, shared
- * memory), whether they take part in the link probe at creation (a rank that skips it leaves
- * the others waiting in it), and what makes every rank choose and cut each call alike (the
- * cost model's given links, forced algorithms, chunks, compression, fusion). Ranks that
- * disagree on one fail at creation naming it, instead of a timeout or a mismatch later. Local
- * matters (timeouts, spinning, logs, buffer sizes of this rank's own rings) may differ. */
-const char* chorus__comm_shared_setting(const chorus_comm_t* comm, int i, char* value, size_t len) {
-  static const struct {
-    chorus_param_id_t id;
-    const char* name;
-  } raw[] = {{CHORUS_PARAM_LINK_INTRA, "CHORUS_LINK_INTRA"},
-             {CHORUS_PARAM_LINK_INTER, "CHORUS_LINK_INTER"},
-             {CHORUS_PARAM_ALGO, "CHORUS_ALGO"},
-             {CHORUS_PARAM_COMPRESSION, "CHORUS_COMPRESSION"},
-             {CHORUS_PARAM_COMPRESSION_SCOPE, "CHORUS_COMPRESSION_SCOPE"}};
-  enum { NRAW = sizeof(raw) / sizeof(raw[0]), NALL = NRAW + 6 };
-  _Static_assert(NALL <= CHORUS_SHARED_SETTINGS_MAX, "chorus_peer_info_t holds too few shared settings");
-  switch (i) {
-    case 0: snprintf(value, len, "%d", comm->nsocks); return "CHORUS_NSOCKS_PER_PEER";
-    case 1: snprintf(value, len, "%d", !comm->shm_enabled); return "CHORUS_SHM_DISABLE";
-    case 2: snprintf(value, len, "%zu", comm->chunk_bytes); return "CHORUS_BUFF_SIZE";
-    case 3: snprintf(value, len, "%zu", comm->compression_min_bytes); return "CHORUS_COMPRESSION_MIN_BYTES";
-    case 4: /* before creation resolves its default by topology, which every rank shares */
-      snprintf(value, len, "%lld", comm->group_fuse_bytes == GROUP_FUSE_BY_TOPOLOGY ? -1ll : (long long)comm->group_fuse_bytes);
-      return "CHORUS_GROUP_FUSE_BYTES";
-    case 5: { /* the probe's participation; files may sit at different paths */
-      const char* t = chorus__param_str(CHORUS_PARAM_TUNE);
-      snprintf(value, len, "%s", !t[0] || !strcmp(t, "1") ? "1 (probe)" : !strcmp(t, "0") ? "0 (no probe)" : "a file (no probe)");
-      return "CHORUS_TUNE";
-    }
-    default:
-      if (i < 0 || i >= NALL) return NULL;
-      snprintf(value, len, "%s", chorus__param_str(raw[i - 6].id));
-      return raw[i - 6].name;
-  }
-}
-
-static uint64_t fnv1a(const char* s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me) {
   me->pid = (int32_t)getpid();
   me->nranks = comm->nranks;
-  char value[256];
-  for (int i = 0; chorus__comm_shared_setting(comm, i, value, sizeof(value)); i++)
-    me->shared_settings[i] = fnv1a(value);
+  chorus__shared_settings_hash(comm, me->shared_settings);
   snprintf(me->host_id, sizeof(me->host_id), "%s", comm->host_id);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   me->cpus = cpus > 0 ? (int32_t)cpus : 1;

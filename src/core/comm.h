@@ -36,7 +36,7 @@ struct chorus_comm {
   uint64_t comm_id;
   uint8_t secret[CHORUS_SECRET_BYTES];
   char name[64];
-  char tcp_cc[32]; /* CHORUS_SOCKET_CC: the sockets' congestion control ("": the system's) */
+  char tcp_cc[16]; /* CHORUS_SOCKET_CC ("": the system's); the kernel's names fit 15 characters */
   int split_count; /* splits made from this communicator, for child ids */
 
   /* Settings (config struct, else CHORUS_* variables, else defaults). */
@@ -129,9 +129,7 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
 void chorus__host_id(char* out, size_t outlen);
 /* What this rank tells its peers about itself at bootstrap (its listening address aside). */
 void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me);
-/* Setting i of those every rank of a communicator must share: its variable's name, and this
- * rank's value in `value`; NULL past the last. */
-const char* chorus__comm_shared_setting(const chorus_comm_t* comm, int i, char* value, size_t len);
+
 
 /* ---- engine (progress.c) ---- */
 /* Queues a task built by src/coll (comm->mu held); starts the background thread for

@@ -49,6 +49,7 @@ chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t 
   char got[32] = "";
   socklen_t got_len = sizeof(got) - 1;
   int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name));
+  int refused = rc != 0;
   if (rc == 0) rc = getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &got_len);
   int set_errno = errno;
   if (scratch) close(fd);
@@ -58,7 +59,8 @@ chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t 
   read_proc_line("/proc/sys/net/ipv4/tcp_available_congestion_control", available, sizeof(available));
   read_proc_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof(allowed));
   char why[96];
-  if (rc != 0) snprintf(why, sizeof(why), "the kernel refused it (%s)", strerror(set_errno));
+  if (refused) snprintf(why, sizeof(why), "the kernel refused it (%s)", strerror(set_errno));
+  else if (rc != 0) snprintf(why, sizeof(why), "it could not be read back (%s)", strerror(set_errno));
   else snprintf(why, sizeof(why), "the socket runs \"%s\" instead", got);
   snprintf(err, errlen, "CHORUS_SOCKET_CC=\"%s\": %s; available: %s; allowed without CAP_NET_ADMIN: %s", name, why,
            available[0] ? available : "?", allowed[0] ? allowed : "?");

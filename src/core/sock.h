@@ -48,8 +48,6 @@ void chorus__sock_tune(int fd); /* TCP_NODELAY, larger buffers */
  * accepts): a connection that started under bbr keeps the kernel's pacing after a change. */
 chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t errlen);
 
-
-
 /* The local IPv4 address the kernel would use to reach hostport (no packet is sent). */
 chorus_status_t chorus__sock_route_ip(const char* hostport, char* ip, size_t iplen, char* err,
                                       size_t errlen);

@@ -19,9 +19,10 @@
 
 typedef struct chorus_store chorus_store_t;
 
-/* Starts a server thread listening on ip:port (port 0 picks one); writes the bound address. */
 /* Server threads of this process still serving (each ends once its job is done with it). */
 int chorus__store_servers_live(void);
+
+/* Starts a server thread listening on ip:port (port 0 picks one); writes the bound address. */
 chorus_status_t chorus__store_server_start(const char* ip, int port,
                                            const uint8_t secret[CHORUS_SECRET_BYTES], char* bound,
                                            size_t boundlen, char* err, size_t errlen);

@@ -162,8 +162,11 @@ static chorus_status_t check_cc(chorus_transport_t* tp, const char* cc) {
       char got[32] = "";
       socklen_t len = sizeof(got) - 1;
       if (fd < 0) continue;
-      if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &len) != 0 || strcmp(got, cc) != 0) {
-        snprintf(tp->err, sizeof(tp->err), "CHORUS_SOCKET_CC=\"%s\": the connection to rank %d runs \"%s\"", cc, p, got);
+      int rc = getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &len);
+      if (rc != 0 || strcmp(got, cc) != 0) {
+        snprintf(tp->err, sizeof(tp->err), "CHORUS_SOCKET_CC=\"%s\": rank %d's socket %d to rank %d %s%s%s", cc,
+                 tp->rank, i, p, rc ? "cannot be read (" : "runs \"", rc ? strerror(errno) : got, rc ? ")" : "\"");
+        tp->err_peer = p;
         return CHORUS_ERR_SYSTEM;
       }
       nsocks++;

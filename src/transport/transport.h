@@ -131,7 +131,8 @@ typedef struct chorus_transport {
   int err_peer;  /* the peer that error is about, or -1 */
 } chorus_transport_t;
 
-#define CHORUS_SHARED_SETTINGS_MAX 12
+/* Settings every rank must share (coll/shared.c), of which each rank publishes a hash apiece. */
+#define CHORUS_SHARED_SETTINGS 12
 
 /* Peer info exchanged at bootstrap. */
 typedef struct {
@@ -141,8 +142,8 @@ typedef struct {
   int32_t cpus;                /* online CPUs of its machine */
   char machine[CHORUS_ADDR_LEN]; /* its machine: the kernel's boot id, whatever host id it claims */
   int32_t nranks;              /* the size it was started for */
-  /* Hashes of the settings every rank must share (chorus__comm_shared_setting), in its order. */
-  uint64_t shared_settings[CHORUS_SHARED_SETTINGS_MAX];
+  /* Hashes of the settings every rank must share (chorus__shared_settings_hash). */
+  uint64_t shared_settings[CHORUS_SHARED_SETTINGS];
 } chorus_peer_info_t;
 
 /* Connection handshake: what a connecting rank sends first. */

@@ -12,6 +12,9 @@ sys_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control) || fail "cannot read the
 want=reno # built into every kernel; another one when it is already the default
 [ "$sys_cc" = reno ] && want=cubic
 grep -qw "$want" /proc/sys/net/ipv4/tcp_available_congestion_control || { echo "SKIP: $want is not available"; exit 77; }
+# Without CAP_NET_ADMIN only the allowed ones may be picked.
+[ "$(id -u)" = 0 ] || grep -qw "$want" /proc/sys/net/ipv4/tcp_allowed_congestion_control ||
+  { echo "SKIP: $want is not allowed for this user"; exit 77; }
 
 # tcp_cc_column OUT: the "tcp cc" column of every rank's row of chorus-diag --topo.
 tcp_cc_column() { awk '$1 ~ /^[0-9]+$/ { print $7 }' "$1" | sort | uniq -c | awk '{ print $2 "x" $1 }'; }
@@ -29,6 +32,36 @@ n=$(grep -c "TCP congestion control $want on its 4 socket(s)" "$TMP/set.err")
 [ "$n" = 3 ] || fail "$want: $n ranks logged their 4 sockets: $(grep -i congestion "$TMP/set.err")"
 grep -q "^# every collective verified" "$TMP/set.out" || fail "$want: --check: $(tail -n 3 "$TMP/set.out")"
 ok "CHORUS_SOCKET_CC=$want: 2 sockets to each of 2 peers on 3 ranks, checked on every socket, collectives correct"
+
+# Set before the connections exist, which the read-back cannot show (a connection that started
+# under bbr keeps the kernel's pacing when changed later): in a system-call trace of 2 ranks with 2
+# sockets each way, the dialing rank sets it on each socket before connect(), the listening rank
+# on its listener before accept() (its connections inherit it; none is set after).
+if command -v strace >/dev/null; then
+  timeout -s KILL 60 strace -f -qq -e trace=setsockopt,connect,accept,accept4,close -o "$TMP/trace" \
+    "$RUN" -n 2 -x CHORUS_SHM_DISABLE=1 -x CHORUS_NSOCKS_PER_PEER=2 -x CHORUS_SOCKET_CC=$want "$DIAG" --topo \
+    >"$TMP/trace.out" 2>&1 || fail "traced job exited $?: $(tail -n 3 "$TMP/trace.out")"
+  # (strace shows the name as a number; nothing else sets TCP_CONGESTION.)
+  order=$(awk '
+    { pid = $1; line = $0; sub(/^[0-9]+ +/, "", line) }
+    line ~ /^setsockopt\([0-9]+, SOL_TCP, TCP_CONGESTION, / {
+      fd = line; sub(/^setsockopt\(/, "", fd); sub(/,.*/, "", fd)
+      if ((pid, fd) in used) late++
+      marked[pid, fd] = 1 }
+    line ~ /^connect\([0-9]+,/ { fd = line; sub(/^connect\(/, "", fd); sub(/,.*/, "", fd)
+      used[pid, fd] = 1; if ((pid, fd) in marked) dialed++ }
+    line ~ /^accept4?\([0-9]+,/ { fd = line; sub(/^accept4?\(/, "", fd); sub(/,.*/, "", fd)
+      if ((pid, fd) in marked) accepted++ }
+    (line ~ /^accept4?\(/ || line ~ /^<\.\.\. accept4? resumed>/) && match(line, /= [0-9]+$/) {
+      used[pid, substr(line, RSTART + 2)] = 1 }
+    line ~ /^close\([0-9]+\)/ { fd = line; sub(/^close\(/, "", fd); sub(/\).*/, "", fd)
+      delete marked[pid, fd]; delete used[pid, fd] }
+    END { printf "%d %d %d", dialed, accepted, late }' "$TMP/trace")
+  [ "$order" = "2 2 0" ] || fail "trace: sockets dialed with it set first, accepted on a listener with it set, set late: $order"
+  ok "set before connecting: 2 sockets dialed, 2 accepted on a listener that had it, none set late"
+else
+  echo "# strace not installed: the order of setting and connecting is not checked"
+fi
 
 # Thread ranks over TCP: parents and their split communicators (each checks its own sockets).
 CHORUS_SHM_DISABLE=1 CHORUS_SOCKET_CC=$want CHORUS_LOG_LEVEL=info CHORUS_LOG_SUBSYS=init \
