@@ -15,14 +15,14 @@ chorus_status_t chorus__vargs_prepare(chorus_comm_t* comm, chorus_coll_args_t* a
 /* Chooses t->algo: the CHORUS_ALGO override, else the cheapest supported algorithm. */
 chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t);
 
-/* Gradient compression (compress.c): the setting CHORUS_COMPRESSION and CHORUS_COMPRESSION_SCOPE
- * give (on error writes err), and the codec of call t (t->codec: none for every call the
- * setting does not cover). comm->mu held. */
 /* The settings every rank of a communicator must share (shared.c): setting i's name, with this
  * rank's value described in `value` (NULL past the last); the hashes ranks publish of them. */
 const char* chorus__shared_setting(const chorus_comm_t* comm, int i, char* value, size_t len);
 void chorus__shared_settings_hash(const chorus_comm_t* comm, uint64_t hashes[CHORUS_SHARED_SETTINGS]);
 
+/* Gradient compression (compress.c): the setting CHORUS_COMPRESSION and CHORUS_COMPRESSION_SCOPE
+ * give (on error writes err), and the codec of call t (t->codec: none for every call the
+ * setting does not cover). comm->mu held. */
 chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char* err, size_t errlen);
 void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t);
 /* 1 when the communicator's setting (under comm->mu) would compress this call but for its size

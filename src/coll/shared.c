@@ -19,13 +19,7 @@
 #include "coll/tune.h"
 #include "core/comm.h"
 #include "core/param.h"
-
-static uint64_t fnv1a(const void* bytes, size_t len, uint64_t h) {
-  const uint8_t* p = bytes;
-  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-#define FNV_START 1469598103934665603ull
+#include "core/sysfile.h"
 
 static void nsocks(const chorus_comm_t* c, char* v, size_t n) { snprintf(v, n, "%d", c->nsocks); }
 static void shm_disable(const chorus_comm_t* c, char* v, size_t n) { snprintf(v, n, "%d", !c->shm_enabled); }
@@ -47,10 +41,10 @@ static void tune(const chorus_comm_t* c, char* v, size_t n) {
     return;
   }
   FILE* f = fopen(t, "r");
-  uint64_t h = FNV_START;
+  uint64_t h = CHORUS_FNV_START;
   char buf[4096];
   size_t got;
-  while (f && (got = fread(buf, 1, sizeof(buf), f)) > 0) h = fnv1a(buf, got, h);
+  while (f && (got = fread(buf, 1, sizeof(buf), f)) > 0) h = chorus__fnv1a(buf, got, h);
   if (f) fclose(f);
   if (f) snprintf(v, n, "a file (no probe) whose contents hash to %016llx", (unsigned long long)h);
   else snprintf(v, n, "a file (no probe) that cannot be read"); /* creation says so later */
@@ -125,6 +119,6 @@ void chorus__shared_settings_hash(const chorus_comm_t* comm, uint64_t hashes[CHO
   char value[1024];
   for (int i = 0; i < CHORUS_SHARED_SETTINGS; i++) {
     settings[i].describe(comm, value, sizeof(value));
-    hashes[i] = fnv1a(value, strlen(value), FNV_START);
+    hashes[i] = chorus__fnv1a(value, strlen(value), CHORUS_FNV_START);
   }
 }

@@ -347,9 +347,7 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
     }
   }
   st = pick_listen_ip(store_addr, ip, sizeof(ip), err, sizeof(err));
-  if (st >= 0) st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
-  /* Before its address is published: the connections it accepts inherit it. */
-  if (st >= 0 && comm->tcp_cc[0]) st = chorus__sock_set_cc(listen_fd, comm->tcp_cc, err, sizeof(err));
+  if (st >= 0) st = chorus__sock_listen(ip, 0, comm->tcp_cc, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
   if (st < 0) {
     chorus__comm_set_error(comm, "rank %d: %s", comm->rank, err);
     goto out;
@@ -554,8 +552,7 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
   if (st >= 0 && color != CHORUS_SPLIT_NOCOLOR) {
     snprintf(ip, sizeof(ip), "%s", comm->tp.peers[comm->rank].addr);
     ip[strcspn(ip, ":")] = '\0';
-    st = chorus__sock_listen(ip, 0, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
-    if (st >= 0 && comm->tcp_cc[0]) st = chorus__sock_set_cc(listen_fd, comm->tcp_cc, err, sizeof(err));
+    st = chorus__sock_listen(ip, 0, comm->tcp_cc, &listen_fd, me.addr, sizeof(me.addr), err, sizeof(err));
     if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", err);
   }
   /* Every parent rank takes part in both exchanges, members or not. */

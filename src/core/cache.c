@@ -22,6 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/sysfile.h"
+
 #define SYS_CACHE "/sys/devices/system/cpu/cpu0/cache/index"
 #define UNKNOWN_LLC_STREAM_FROM (16u << 20) /* an 8 MiB allreduce: the fixed threshold before this rule */
 #define MIN_STREAM_FROM (256u << 10)        /* smaller calls take the one-phase and LL paths */
@@ -30,12 +32,7 @@
 static int read_attr(int index, const char* name, char* buf, size_t len) {
   char path[128];
   snprintf(path, sizeof(path), SYS_CACHE "%d/%s", index, name);
-  FILE* f = fopen(path, "r");
-  if (!f) return 0;
-  int ok = fgets(buf, (int)len, f) != NULL;
-  fclose(f);
-  if (ok) buf[strcspn(buf, "\n")] = '\0';
-  return ok;
+  return chorus__first_line(path, buf, len);
 }
 
 /* "32768K", "32M" or a plain byte count; 0 when unreadable. */

@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +18,7 @@
 #include "core/live.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/sysfile.h"
 
 void chorus__comm_set_error(chorus_comm_t* comm, const char* fmt, ...) {
   va_list ap;
@@ -277,12 +276,7 @@ void chorus__host_id(char* out, size_t outlen) {
   }
   char host[64] = "localhost", boot[40] = "";
   gethostname(host, sizeof(host) - 1);
-  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    if (!fgets(boot, sizeof(boot), f)) boot[0] = '\0';
-    fclose(f);
-    boot[strcspn(boot, "\n")] = '\0';
-  }
+  chorus__first_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
   /* Keep the id short enough for log lines: host name plus the first boot-id group. */
   boot[8] = '\0';
   snprintf(out, outlen, "%s%s%s", host, boot[0] ? "/" : "", boot);
@@ -295,10 +289,8 @@ void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me) {
   snprintf(me->host_id, sizeof(me->host_id), "%s", comm->host_id);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   me->cpus = cpus > 0 ? (int32_t)cpus : 1;
-  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (!f || !fgets(me->machine, sizeof(me->machine), f)) snprintf(me->machine, sizeof(me->machine), "%s", comm->host_id);
-  if (f) fclose(f);
-  me->machine[strcspn(me->machine, "\n")] = '\0';
+  if (!chorus__first_line("/proc/sys/kernel/random/boot_id", me->machine, sizeof(me->machine)))
+    snprintf(me->machine, sizeof(me->machine), "%s", comm->host_id);
 }
 
 /* Ranks per CPU on the busiest machine. Emulated hosts (network namespaces, CHORUS_HOST_ID) or
@@ -461,9 +453,7 @@ void chorus__comm_tcp_cc(const chorus_comm_t* comm, char* buf, size_t len) {
   for (int p = 0; comm && comm->tp.peers && p < comm->nranks; p++) {
     const chorus_peer_t* peer = &comm->tp.peers[p];
     if (peer->is_self || !peer->nsocks || peer->socks[0].is_shm || peer->socks[0].fd < 0) continue;
-    socklen_t n = (socklen_t)(len - 1);
-    if (getsockopt(peer->socks[0].fd, IPPROTO_TCP, TCP_CONGESTION, buf, &n) == 0) buf[n < len ? n : len - 1] = 0;
-    else buf[0] = 0;
+    if (chorus__sock_get_cc(peer->socks[0].fd, buf, len) != 0) buf[0] = 0;
     return;
   }
 }

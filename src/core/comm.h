@@ -130,7 +130,6 @@ void chorus__host_id(char* out, size_t outlen);
 /* What this rank tells its peers about itself at bootstrap (its listening address aside). */
 void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me);
 
-
 /* ---- engine (progress.c) ---- */
 /* Queues a task built by src/coll (comm->mu held); starts the background thread for
  * non-blocking tasks. */

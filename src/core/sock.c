@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/sysfile.h"
 
 int chorus__sock_set_nonblock(int fd, int on) {
   int fl = fcntl(fd, F_GETFL);
@@ -29,14 +30,10 @@ void chorus__sock_tune(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* The first line of a /proc file, without its newline ("" when unreadable). */
-static void read_proc_line(const char* path, char* buf, size_t len) {
-  buf[0] = 0;
-  FILE* f = fopen(path, "r");
-  if (!f) return;
-  if (!fgets(buf, (int)len, f)) buf[0] = 0;
-  fclose(f);
-  buf[strcspn(buf, "\n")] = 0;
+int chorus__sock_get_cc(int fd, char* buf, size_t len) {
+  socklen_t n = (socklen_t)(len - 1);
+  memset(buf, 0, len);
+  return getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, buf, &n);
 }
 
 chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t errlen) {
@@ -47,17 +44,16 @@ chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t 
     return CHORUS_ERR_SYSTEM;
   }
   char got[32] = "";
-  socklen_t got_len = sizeof(got) - 1;
   int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name));
   int refused = rc != 0;
-  if (rc == 0) rc = getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &got_len);
+  if (rc == 0) rc = chorus__sock_get_cc(fd, got, sizeof(got));
   int set_errno = errno;
   if (scratch) close(fd);
   if (rc == 0 && strcmp(got, name) == 0) return CHORUS_OK;
   /* Unprivileged processes may pick only the allowed ones; root any available one. */
   char available[256], allowed[256];
-  read_proc_line("/proc/sys/net/ipv4/tcp_available_congestion_control", available, sizeof(available));
-  read_proc_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof(allowed));
+  chorus__first_line("/proc/sys/net/ipv4/tcp_available_congestion_control", available, sizeof(available));
+  chorus__first_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof(allowed));
   char why[96];
   if (refused) snprintf(why, sizeof(why), "the kernel refused it (%s)", strerror(set_errno));
   else if (rc != 0) snprintf(why, sizeof(why), "it could not be read back (%s)", strerror(set_errno));
@@ -141,12 +137,17 @@ chorus_status_t chorus__sock_resolve(const char* hostport, struct sockaddr_stora
   return CHORUS_OK;
 }
 
-chorus_status_t chorus__sock_listen(const char* ip, int port, int* fd_out, char* bound,
+chorus_status_t chorus__sock_listen(const char* ip, int port, const char* cc, int* fd_out, char* bound,
                                     size_t boundlen, char* err, size_t errlen) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     snprintf(err, errlen, "socket failed: %s", strerror(errno));
     return CHORUS_ERR_SYSTEM;
+  }
+  chorus_status_t st;
+  if (cc && cc[0] && (st = chorus__sock_set_cc(fd, cc, err, errlen)) < 0) { /* connections inherit it */
+    close(fd);
+    return st;
   }
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));

@@ -24,8 +24,9 @@ chorus_status_t chorus__sock_pick_ip(const char* ifname_spec, char* ip, size_t i
 chorus_status_t chorus__sock_resolve(const char* hostport, struct sockaddr_storage* sa,
                                      socklen_t* salen, char* err, size_t errlen);
 
-/* Listens on ip:port (port 0: any); returns the fd and the bound "ip:port". */
-chorus_status_t chorus__sock_listen(const char* ip, int port, int* fd, char* bound,
+/* Listens on ip:port (port 0: any); returns the fd and the bound "ip:port". cc (NULL or "": the
+ * system's): the congestion control of the connections it accepts, set before it listens. */
+chorus_status_t chorus__sock_listen(const char* ip, int port, const char* cc, int* fd, char* bound,
                                     size_t boundlen, char* err, size_t errlen);
 
 /* Connects, retrying refused/unreachable attempts with backoff (1 ms doubling to 1 s) until
@@ -47,6 +48,8 @@ void chorus__sock_tune(int fd); /* TCP_NODELAY, larger buffers */
  * scratch socket. Set it before the connection exists (on a listener, for the connections it
  * accepts): a connection that started under bbr keeps the kernel's pacing after a change. */
 chorus_status_t chorus__sock_set_cc(int fd, const char* name, char* err, size_t errlen);
+/* fd's congestion control into buf (NUL-terminated); getsockopt's result. */
+int chorus__sock_get_cc(int fd, char* buf, size_t len);
 
 /* The local IPv4 address the kernel would use to reach hostport (no packet is sent). */
 chorus_status_t chorus__sock_route_ip(const char* hostport, char* ip, size_t iplen, char* err,

@@ -364,7 +364,7 @@ chorus_status_t chorus__store_server_start(const char* ip, int port,
   server_t* s = calloc(1, sizeof(*s));
   if (!s) return CHORUS_ERR_NO_MEMORY;
   memcpy(s->secret, secret, CHORUS_SECRET_BYTES);
-  chorus_status_t st = chorus__sock_listen(ip, port, &s->listen_fd, bound, boundlen, err, errlen);
+  chorus_status_t st = chorus__sock_listen(ip, port, NULL, &s->listen_fd, bound, boundlen, err, errlen);
   if (st < 0) {
     free(s);
     return st;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/sysfile.h"
 #include "transport/transport.h"
 #include "transport/verdict.h"
 
@@ -288,8 +289,8 @@ void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value) {
 /* Signature words: sequence number, then everything that must agree across ranks. */
 static void signature_of(const chorus_task_t* t, uint64_t sig[CHORUS_SIG_WORDS]) {
   const chorus_coll_args_t* a = &t->args;
-  uint64_t algo_hash = 1469598103934665603ull;
-  for (const char* c = t->algo ? t->algo->name : ""; *c; c++) algo_hash = (algo_hash ^ (uint8_t)*c) * 1099511628211ull;
+  const char* algo_name = t->algo ? t->algo->name : "";
+  uint64_t algo_hash = chorus__fnv1a(algo_name, strlen(algo_name), CHORUS_FNV_START);
   sig[0] = t->seq + 1; /* 0 means "nothing published yet" */
   sig[1] = (uint64_t)a->coll | (uint64_t)a->dtype << 8 | (uint64_t)chorus__task_op_byte(t) << 16 |
            (uint64_t)(uint32_t)chorus__task_root_word(t) << 32;

@@ -4,8 +4,6 @@
  * two stream operations the shared data path (transport.c) calls on a socket.
  */
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,10 +157,9 @@ static chorus_status_t check_cc(chorus_transport_t* tp, const char* cc) {
   for (int p = 0; p < tp->nranks; p++)
     for (int i = 0; i < tp->peers[p].nsocks; i++) {
       int fd = tp->peers[p].socks[i].fd;
-      char got[32] = "";
-      socklen_t len = sizeof(got) - 1;
+      char got[32];
       if (fd < 0) continue;
-      int rc = getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &len);
+      int rc = chorus__sock_get_cc(fd, got, sizeof(got));
       if (rc != 0 || strcmp(got, cc) != 0) {
         snprintf(tp->err, sizeof(tp->err), "CHORUS_SOCKET_CC=\"%s\": rank %d's socket %d to rank %d %s%s%s", cc,
                  tp->rank, i, p, rc ? "cannot be read (" : "runs \"", rc ? strerror(errno) : got, rc ? ")" : "\"");
