@@ -40,10 +40,11 @@ ok "CHORUS_SOCKET_CC=$want: 2 sockets to each of 2 peers on 3 ranks, checked on 
 if command -v strace >/dev/null; then
   # LeakSanitizer cannot run under a tracer (sanitizer builds); the trace is about the order only.
   ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
-    timeout -s KILL 60 strace -f -qq -e trace=setsockopt,connect,accept,accept4,close -o "$TMP/trace" \
+    timeout -s KILL 60 strace -f -qq -e trace=socket,setsockopt,connect,accept,accept4,close -o "$TMP/trace" \
     "$RUN" -n 2 -x CHORUS_SHM_DISABLE=1 -x CHORUS_NSOCKS_PER_PEER=2 -x CHORUS_SOCKET_CC=$want "$DIAG" --topo \
     >"$TMP/trace.out" 2>&1 || fail "traced job exited $?: $(tail -n 3 "$TMP/trace.out")"
-  # (strace shows the name as a number; nothing else sets TCP_CONGESTION.)
+  # (strace shows the name as a number; nothing else sets TCP_CONGESTION. A close or socket call
+  # that another thread's call interrupts prints "<unfinished ...>": matched by its start.)
   order=$(awk '
     { pid = $1; line = $0; sub(/^[0-9]+ +/, "", line) }
     line ~ /^setsockopt\([0-9]+, SOL_TCP, TCP_CONGESTION, / {
@@ -56,8 +57,10 @@ if command -v strace >/dev/null; then
       if ((pid, fd) in marked) accepted++ }
     (line ~ /^accept4?\(/ || line ~ /^<\.\.\. accept4? resumed>/) && match(line, /= [0-9]+$/) {
       used[pid, substr(line, RSTART + 2)] = 1 }
-    line ~ /^close\([0-9]+\)/ { fd = line; sub(/^close\(/, "", fd); sub(/\).*/, "", fd)
+    line ~ /^close\([0-9]+/ { fd = line; sub(/^close\(/, "", fd); sub(/[^0-9].*/, "", fd)
       delete marked[pid, fd]; delete used[pid, fd] }
+    (line ~ /^socket\(/ || line ~ /^<\.\.\. socket resumed>/) && match(line, /= [0-9]+$/) {
+      fd = substr(line, RSTART + 2); delete marked[pid, fd]; delete used[pid, fd] }
     END { printf "%d %d %d", dialed, accepted, late }' "$TMP/trace")
   [ "$order" = "2 2 0" ] || fail "trace: sockets dialed with it set first, accepted on a listener with it set, set late: $order"
   ok "set before connecting: 2 sockets dialed, 2 accepted on a listener that had it, none set late"
