@@ -2,8 +2,9 @@
  * test_hosts.c - every collective and algorithm on emulated hosts (ranks as threads whose
  * communicators carry different host ids): shared memory inside a host, TCP between hosts,
  * as on a cluster. Layouts: 2 hosts x 2 ranks numbered by host and round robin, 2 x 3 and
- * 4 x 2 round robin, and the uneven 3+1 and 1+2+3, so that the host-ordered ring, rails and
- * every group mapping meet rank numberings that differ from host order; the variable-size
+ * 4 x 2 round robin, and the uneven 3+1 (also numbered by host) and 1+2+3, so that the
+ * host-ordered ring, rails and every group mapping meet rank numberings that differ from host
+ * order (and hier's in-place paths meet the host order itself); the variable-size
  * collectives on some of them. Results bitwise against the independent reference (matrix.c,
  * vmatrix.c).
  */
@@ -19,6 +20,7 @@ static const int k2x2_rr[] = {0, 1, 0, 1};
 static const int k2x3_rr[] = {0, 1, 0, 1, 0, 1};
 static const int k4x2_rr[] = {0, 1, 2, 3, 0, 1, 2, 3};
 static const int k3p1[] = {0, 0, 1, 0};
+static const int k3p1_blocked[] = {0, 0, 0, 1}; /* numbered by host: hier's leader mode works in place */
 static const int k1p2p3[] = {2, 1, 0, 2, 1, 2};
 
 
@@ -27,6 +29,7 @@ TEST_EX(allreduce_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_ALLREDUCE, 4, k2x
 TEST_EX(allreduce_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 6, k2x3_rr); }
 TEST_EX(allreduce_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 8, k4x2_rr); }
 TEST_EX(allreduce_3p1, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 4, k3p1); }
+TEST_EX(allreduce_3p1_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 4, k3p1_blocked); }
 TEST_EX(allreduce_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_ALLREDUCE, 6, k1p2p3); }
 
 TEST_EX(allgather_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k2x2_blocked); }
@@ -34,6 +37,7 @@ TEST_EX(allgather_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k2x
 TEST_EX(allgather_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 6, k2x3_rr); }
 TEST_EX(allgather_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 8, k4x2_rr); }
 TEST_EX(allgather_3p1, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k3p1); }
+TEST_EX(allgather_3p1_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k3p1_blocked); }
 TEST_EX(allgather_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 6, k1p2p3); }
 
 TEST_EX(reduce_scatter_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_blocked); }
@@ -41,6 +45,7 @@ TEST_EX(reduce_scatter_2x2_rr, 300, "quick_asan") { mx_run_hosts(CH_COLL_REDUCE_
 TEST_EX(reduce_scatter_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 6, k2x3_rr); }
 TEST_EX(reduce_scatter_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 8, k4x2_rr); }
 TEST_EX(reduce_scatter_3p1, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k3p1); }
+TEST_EX(reduce_scatter_3p1_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k3p1_blocked); }
 TEST_EX(reduce_scatter_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 6, k1p2p3); }
 
 TEST_EX(broadcast_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 4, k2x2_blocked); }
@@ -48,6 +53,7 @@ TEST_EX(broadcast_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_BROADCAST, 4, k2x
 TEST_EX(broadcast_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 6, k2x3_rr); }
 TEST_EX(broadcast_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 8, k4x2_rr); }
 TEST_EX(broadcast_3p1, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 4, k3p1); }
+TEST_EX(broadcast_3p1_blocked, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 4, k3p1_blocked); }
 TEST_EX(broadcast_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_BROADCAST, 6, k1p2p3); }
 
 TEST_EX(reduce_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 4, k2x2_blocked); }
@@ -55,6 +61,7 @@ TEST_EX(reduce_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_REDUCE, 4, k2x2_rr);
 TEST_EX(reduce_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 6, k2x3_rr); }
 TEST_EX(reduce_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 8, k4x2_rr); }
 TEST_EX(reduce_3p1, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 4, k3p1); }
+TEST_EX(reduce_3p1_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 4, k3p1_blocked); }
 TEST_EX(reduce_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 6, k1p2p3); }
 
 TEST_EX(alltoall_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 4, k2x2_blocked); }

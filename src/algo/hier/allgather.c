@@ -16,8 +16,20 @@
  *
  * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2; local copies not modelled):
  *   T = (H-1) (a2 + S/b2) + the shm allgather of H S per rank (shm.h's price).
- * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
- * hier runs the flat ring over the host-ordered ring and logs it once. Scratch: n B elements.
+ *
+ * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode (HCCL's intra AG -> inter
+ * AG) serves them, over a scratch of the n blocks in host order (hier.h):
+ *   1. intra: allgather of the host's blocks into its bundle of the scratch;
+ *   2. inter: the host leaders (local index h mod its size) alone: ring allgather of the
+ *      bundles, blocks of the hosts' sizes;
+ *   3. intra: broadcast of the whole scratch from the leader; then every rank copies it into
+ *      recvbuf in rank order (the scratch is recvbuf itself when ranks are numbered by host).
+ * Every host link carries the bundles of the other hosts once (n B minus the smallest bundle on
+ * the busiest), as the host-ordered flat ring does, in H-1 steps instead of n-1:
+ *   T = the shm allgather of the bundle + (H-1) a2 + (n S - Smin) / b2 + the shm broadcast of n S.
+ * With H = 1 or one rank per host it is not offered; a forced hier runs the flat ring over the
+ * host-ordered ring and logs it once. Scratch: n B elements (none in the leader mode when ranks
+ * are numbered by host).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -37,6 +49,9 @@ typedef struct {
   int shm;              /* the intra-host step by memory semantics */
   size_t* seg_first;    /* L entries each: the rails' segments of the scratch */
   size_t* seg_len;
+  int leader;           /* hosts of unequal size: the leader mode over a host-ordered scratch */
+  size_t* counts;       /* leader mode, H entries each: the hosts' bundles (hier.h) */
+  size_t* displs;
   chorus_hier_pipe_t pipe;
 } hag_t;
 
@@ -49,11 +64,47 @@ static char* recv_block(const hag_t* h, int l, int host) {
   return (char*)h->whole.recvbuf + (size_t)rank * h->whole.count * h->whole.elem_bytes;
 }
 
+/* Leader mode, stage 0: my block into my host's bundle; 1: the leaders' bundles; 2: the whole
+ * scratch from the leader. */
+static chorus_status_t hag_leader_start(chorus_task_t* t, hag_t* h, chorus_sched_t* s, int stage,
+                                        chorus_hier_run_t* run) {
+  size_t es = h->whole.elem_bytes, B = h->whole.count;
+  int host = h->topo->host_of[t->rank], members = h->at.host.size;
+  char* bundle = h->scratch + h->displs[host] * es;
+  s->block_of = NULL;
+  if (stage == 1) {
+    s->group = h->at.leaders;
+    s->sendbuf = bundle;
+    s->recvbuf = h->scratch;
+    s->counts = h->counts;
+    s->displs = h->displs;
+    return chorus__hier_run_ring(s, CHORUS_RING_ALLGATHER, run);
+  }
+  s->group = h->at.host;
+  if (stage == 2) {
+    s->root = h->at.lead;
+    s->sendbuf = s->recvbuf = h->scratch;
+    s->count = (size_t)t->nranks * B;
+    return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(s, run);
+  }
+  s->recvbuf = bundle;
+  if (!h->shm) return chorus__hier_run_ring(s, CHORUS_RING_ALLGATHER, run);
+  chorus__algo_copy(bundle + (size_t)h->at.l * B * es, h->whole.sendbuf, B * es);
+  s->sendbuf = bundle; /* in place: my piece of the bundle is mine */
+  s->count = (size_t)members * B;
+  for (int l = 0; l < members; l++) {
+    h->seg_first[l] = (size_t)l * B;
+    h->seg_len[l] = B;
+  }
+  return chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len, 0, run);
+}
+
 static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
   hag_t* h = ctx;
   size_t block = h->whole.count * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
   s.tag_base = chorus__hier_tag(stage, chunk);
+  if (h->leader) return hag_leader_start(t, h, &s, stage, run);
   if (stage == 0) { /* inter: my block over my rail, into recvbuf */
     s.group = h->at.rail;
     s.block_of = h->at.rail.ranks;
@@ -79,8 +130,12 @@ static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t 
 static void hag_finish(void* ctx, int stage, size_t chunk) {
   (void)chunk;
   hag_t* h = ctx;
-  if (stage != 1) return;
   size_t block = h->whole.count * h->whole.elem_bytes;
+  if (h->leader) {
+    if (stage == 2 && h->scratch != (char*)h->whole.recvbuf) chorus__hier_reorder(h->topo, h->scratch, h->whole.recvbuf, block, 0);
+    return;
+  }
+  if (stage != 1) return;
   for (int l = 0; l < h->at.L; l++)
     if (l != h->at.l)
       for (int host = 0; host < h->at.H; host++) chorus__algo_copy(recv_block(h, l, host), scratch_block(h, l, host), block);
@@ -95,11 +150,35 @@ static void hag_fini(chorus_task_t* t) {
   hag_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
-    free(h->scratch);
+    if (h->scratch != (char*)h->whole.recvbuf) free(h->scratch);
     free(h->seg_first);
+    free(h->counts);
   }
   free(h);
   t->state = NULL;
+}
+
+/* The leader mode's state: the bundles, and the scratch (recvbuf itself when ranks are
+ * numbered by host). */
+static chorus_status_t hag_leader_init(chorus_task_t* t, hag_t* h) {
+  const chorus_topo_t* topo = h->topo;
+  size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
+  h->leader = 1;
+  h->counts = calloc(2 * (size_t)topo->nhosts, sizeof(size_t));
+  h->scratch = topo->identity ? h->whole.recvbuf : malloc(bytes ? bytes : 1);
+  if (!h->counts || !h->scratch) return CHORUS_ERR_NO_MEMORY;
+  h->displs = h->counts + topo->nhosts;
+  chorus__hier_host_bundles(topo, h->whole.count, h->counts, h->displs);
+  h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
+                                 .nstages = 3,
+                                 .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                                 .active = {1, h->at.l == h->at.lead, 1},
+                                 .start = hag_start,
+                                 .finish = hag_finish,
+                                 .ctx = h};
+  CH_DEBUG(ALGO, t->rank, "allgather hier: hosts of unequal size: through the host leaders, intra-host phases %s",
+           h->shm ? "by memory semantics" : "over the shared rings (no segment)");
+  return CHORUS_OK;
 }
 
 static chorus_status_t hag_init(chorus_task_t* t) {
@@ -110,44 +189,62 @@ static chorus_status_t hag_init(chorus_task_t* t) {
   h->topo = topo;
   chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
   chorus_status_t st = CHORUS_OK;
-  if (!chorus__hier_shape_ok(t)) {
-    CH_INFO(ALGO, t->rank, "allgather hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
+  if (!chorus__hier_leaders_ok(t)) {
+    CH_INFO(ALGO, t->rank, "allgather hier: one host, or one rank per host: flat ring instead");
     chorus_sched_t s = h->whole;
     s.block_of = s.group.ranks;
     st = chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, &h->pipe.flat);
   } else {
     h->at = chorus__hier_place(t);
-    size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
-    h->scratch = malloc(bytes ? bytes : 1);
     h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
-    if (!h->scratch || !h->seg_first) st = CHORUS_ERR_NO_MEMORY;
+    if (!h->seg_first) st = CHORUS_ERR_NO_MEMORY;
     else h->seg_len = h->seg_first + h->at.L;
     h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
-    h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
-                                   .nstages = 2,
-                                   .level = {CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
-                                   .active = {1, 1},
-                                   .start = hag_start,
-                                   .finish = hag_finish,
-                                   .ctx = h};
+    if (st >= 0 && !chorus__hier_shape_ok(t)) {
+      st = hag_leader_init(t, h);
+    } else if (st >= 0) {
+      size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
+      h->scratch = malloc(bytes ? bytes : 1);
+      if (!h->scratch) st = CHORUS_ERR_NO_MEMORY;
+      h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
+                                     .nstages = 2,
+                                     .level = {CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                                     .active = {1, 1},
+                                     .start = hag_start,
+                                     .finish = hag_finish,
+                                     .ctx = h};
+    }
     chorus__hier_pipe_setup(&h->pipe);
   }
   if (st < 0) hag_fini(t);
   return st;
 }
 
+static double hag_leader_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double block, size_t slot) {
+  const chorus_topo_t* topo = t->topo;
+  int smallest = topo->host_size[0];
+  for (int host = 1; host < topo->nhosts; host++)
+    if (topo->host_size[host] < smallest) smallest = topo->host_size[host];
+  double n = t->nranks, L = cx->max_local, H = cx->nhosts;
+  return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * block), slot), 2.0 * L * block) +
+         (H - 1.0) * cx->inter.alpha_us + (n - smallest) * block / cx->inter.bytes_per_us +
+         chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(n * block), slot), 2.0 * n * block);
+}
+
 static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  if (!chorus__hier_leaders_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   double block = (double)t->args.count * (double)t->dtype_size;
   size_t slot = chorus__hier_cost_slot_bytes(t);
+  if (!chorus__hier_shape_ok(t)) return hag_leader_cost_us(t, cx, block, slot);
   return (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us) +
          chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * block), slot), 2.0 * L * H * block);
 }
 
 const chorus_algo_t chorus__algo_hier_allgather = {
     .name = "hier",
-    .desc = "two-level: inter-host ring allgather per rail, intra-host allgather of the rails' blocks",
+    .desc = "two-level: inter-host ring allgather per rail, intra-host allgather of the rails' blocks (hosts of "
+            "unequal size: intra-host allgather, the leaders' ring, intra-host broadcast)",
     .coll = CH_COLL_ALLGATHER,
     .supported = NULL,
     .cost_us = hag_cost_us,

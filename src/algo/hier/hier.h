@@ -80,6 +80,29 @@ static inline int chorus__hier_leaders_ok(const chorus_task_t* t) {
   return t->topo->nhosts > 1 && t->topo->max_local > 1;
 }
 
+/* The leader mode of allgather and reduce_scatter on hosts of unequal size works on a buffer of
+ * the n blocks in host order (topo->by_host): host h's blocks lie back to back, counts[h]
+ * elements from element displs[h] (blocks of `block` elements), the variable blocks of the
+ * leaders' ring. */
+static inline void chorus__hier_host_bundles(const chorus_topo_t* topo, size_t block, size_t* counts, size_t* displs) {
+  for (int h = 0; h < topo->nhosts; h++) {
+    counts[h] = (size_t)topo->host_size[h] * block;
+    displs[h] = (size_t)topo->host_first[h] * block;
+  }
+}
+
+/* Copies n blocks of block_bytes between rank order and host order: to_host: rank_buf ->
+ * host_buf, else host_buf -> rank_buf. Nothing to do when the ranks are numbered by host and the
+ * two are one buffer. */
+static inline void chorus__hier_reorder(const chorus_topo_t* topo, char* host_buf, char* rank_buf, size_t block_bytes,
+                                        int to_host) {
+  for (int i = 0; i < topo->nranks; i++) {
+    char* h = host_buf + (size_t)i * block_bytes;
+    char* r = rank_buf + (size_t)topo->by_host[i] * block_bytes;
+    if (to_host) chorus__algo_copy(h, r, block_bytes);
+    else chorus__algo_copy(r, h, block_bytes);
+  }
+}
 
 /* ---- one engine run as a phase, whatever the engine (hier/pipe.c) ---- */
 typedef struct {

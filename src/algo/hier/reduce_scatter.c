@@ -18,8 +18,20 @@
  *
  * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2; the pack copy not modelled):
  *   T = the shm reduce-scatter of n S per rank (shm.h's price) + (H-1) (a2 + S/b2).
- * Requires H > 1, L > 1 and equal L on every host; otherwise it is not offered, and a forced
- * hier runs the flat ring over the host-ordered ring and logs it once. Scratch: (n + H) B.
+ *
+ * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode serves them, with the n
+ * blocks in host order (hier.h) between its steps:
+ *   1. intra: reduce of the whole input (n B) to the host's leader (local index h mod its size),
+ *      left undivided; the leader puts the blocks in host order;
+ *   2. inter: the leaders alone: ring reduce_scatter of the hosts' bundles, blocks of the hosts'
+ *      sizes; each leader ends with its host's bundle reduced over all hosts (avg divides here);
+ *   3. intra: broadcast of the bundle from the leader; every rank keeps its block.
+ * The busiest host link carries n B minus the smallest bundle, as the host-ordered flat ring
+ * does, in H-1 steps instead of n-1:
+ *   T = the shm reduce of n S + (H-1) a2 + (n S - Smin) / b2 + the shm broadcast of Lmax S.
+ * With H = 1 or one rank per host it is not offered; a forced hier runs the flat ring over the
+ * host-ordered ring and logs it once. Scratch: (n + H) B; in the leader mode n B, on leaders
+ * n B more when ranks are not numbered by host, and Lmax B.
  */
 #include <float.h>
 #include <stdlib.h>
@@ -40,8 +52,48 @@ typedef struct {
   int shm;              /* the intra-host step by memory semantics */
   size_t* seg_first;    /* L entries each: the rails' segments of packed */
   size_t* seg_len;
+  int leader;           /* hosts of unequal size: the leader mode */
+  size_t* counts;       /* leader mode, H entries each: the hosts' bundles (hier.h) */
+  size_t* displs;
+  char* by_host;        /* leader mode: the host's sum in host order (reduced itself when ranks are numbered by host) */
+  char* bundle;         /* leader mode: this host's bundle, reduced over all hosts */
   chorus_hier_pipe_t pipe;
 } hrs_t;
+
+/* Leader mode, stage 0: the whole input reduced to the leader; 1: the leaders' bundles; 2: my
+ * host's bundle from the leader. */
+static chorus_status_t hrs_leader_start(chorus_task_t* t, hrs_t* h, chorus_sched_t* s, int stage,
+                                        chorus_hier_run_t* run) {
+  size_t B = h->whole.count;
+  if (stage == 1) {
+    s->group = h->at.leaders;
+    s->sendbuf = h->by_host;
+    s->recvbuf = h->bundle;
+    s->counts = h->counts;
+    s->displs = h->displs;
+    return chorus__hier_run_ring(s, CHORUS_RING_REDUCE_SCATTER, run);
+  }
+  s->group = h->at.host;
+  s->root = h->at.lead;
+  s->avg_divisor = 0; /* partial sums (stage 0), finished values (stage 2): the leaders' ring divides */
+  if (stage == 2) {
+    s->sendbuf = s->recvbuf = h->bundle;
+    s->count = (size_t)h->at.host.size * B;
+    return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_BCAST, NULL, NULL, 0, run) : chorus__hier_run_bcast(s, run);
+  }
+  s->recvbuf = h->reduced;
+  s->count = (size_t)t->nranks * B;
+  return h->shm ? chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_REDUCE, NULL, NULL, 0, run) : chorus__hier_run_reduce(s, run);
+}
+
+static void hrs_leader_finish(void* ctx, int stage, size_t chunk) {
+  (void)chunk;
+  hrs_t* h = ctx;
+  size_t block = h->whole.count * h->whole.elem_bytes;
+  if (stage == 0 && h->at.l == h->at.lead && h->by_host != h->reduced)
+    chorus__hier_reorder(h->topo, h->by_host, h->reduced, block, 1);
+  if (stage == 2) chorus__algo_copy(h->whole.recvbuf, h->bundle + (size_t)h->at.l * block, block);
+}
 
 static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
   hrs_t* h = ctx;
@@ -49,6 +101,7 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
   chorus_sched_t s = h->whole;
   s.tag_base = chorus__hier_tag(stage, chunk);
   s.block_of = NULL;
+  if (h->leader) return hrs_leader_start(t, h, &s, stage, run);
   if (stage == 0) { /* pack, then reduce over the host */
     for (int l = 0; l < h->at.L; l++)
       for (int host = 0; host < h->at.H; host++) {
@@ -85,9 +138,38 @@ static void hrs_fini(chorus_task_t* t) {
     chorus__hier_pipe_free(&h->pipe);
     free(h->packed);
     free(h->seg_first);
+    free(h->counts);
   }
   free(h);
   t->state = NULL;
+}
+
+/* The leader mode's state: the bundles, and one allocation for the host's sum, its copy in
+ * host order (leaders only, when ranks are not numbered by host) and the bundle. */
+static chorus_status_t hrs_leader_init(chorus_task_t* t, hrs_t* h) {
+  const chorus_topo_t* topo = h->topo;
+  size_t block = h->whole.count * h->whole.elem_bytes, n = (size_t)t->nranks;
+  int reorders = h->at.l == h->at.lead && !topo->identity;
+  size_t bytes = (n + (reorders ? n : 0) + (size_t)h->at.L) * block;
+  h->leader = 1;
+  h->counts = calloc(2 * (size_t)topo->nhosts, sizeof(size_t));
+  h->packed = malloc(bytes ? bytes : 1);
+  if (!h->counts || !h->packed) return CHORUS_ERR_NO_MEMORY;
+  h->displs = h->counts + topo->nhosts;
+  chorus__hier_host_bundles(topo, h->whole.count, h->counts, h->displs);
+  h->reduced = h->packed;
+  h->by_host = reorders ? h->packed + n * block : h->reduced;
+  h->bundle = h->packed + (n + (reorders ? n : 0)) * block;
+  h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
+                                 .nstages = 3,
+                                 .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                                 .active = {1, h->at.l == h->at.lead, 1},
+                                 .start = hrs_start,
+                                 .finish = hrs_leader_finish,
+                                 .ctx = h};
+  CH_DEBUG(ALGO, t->rank, "reduce_scatter hier: hosts of unequal size: through the host leaders, intra-host phases %s",
+           h->shm ? "by memory semantics" : "over the shared rings (no segment)");
+  return CHORUS_OK;
 }
 
 static chorus_status_t hrs_init(chorus_task_t* t) {
@@ -98,48 +180,63 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
   h->topo = topo;
   chorus__sched_of_task(t, chorus__topo_ring(topo, t->rank), &h->whole);
   chorus_status_t st = CHORUS_OK;
-  if (!chorus__hier_shape_ok(t)) {
-    CH_INFO(ALGO, t->rank, "reduce_scatter hier: hosts of unequal size (or one host, or one rank per host): flat ring instead");
+  if (!chorus__hier_leaders_ok(t)) {
+    CH_INFO(ALGO, t->rank, "reduce_scatter hier: one host, or one rank per host: flat ring instead");
     chorus_sched_t s = h->whole;
     s.block_of = s.group.ranks;
     st = chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, &h->pipe.flat);
   } else {
     h->at = chorus__hier_place(t);
-    size_t block = h->whole.count * h->whole.elem_bytes;
-    size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
-    h->packed = malloc(bytes ? bytes : 1);
     h->seg_first = calloc(2 * (size_t)h->at.L, sizeof(size_t));
+    if (!h->seg_first) st = CHORUS_ERR_NO_MEMORY;
+    else h->seg_len = h->seg_first + h->at.L;
     h->shm = chorus__shm_group_ok(t, &(chorus_sched_t){.group = h->at.host, .elem_bytes = h->whole.elem_bytes});
-    if (!h->packed || !h->seg_first) {
-      st = CHORUS_ERR_NO_MEMORY;
-    } else {
-      h->seg_len = h->seg_first + h->at.L;
-      h->reduced = h->shm ? h->packed + (size_t)h->at.l * (size_t)h->at.H * block : h->packed + (size_t)t->nranks * block;
+    if (st >= 0 && !chorus__hier_shape_ok(t)) {
+      st = hrs_leader_init(t, h);
+    } else if (st >= 0) {
+      size_t block = h->whole.count * h->whole.elem_bytes;
+      size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
+      h->packed = malloc(bytes ? bytes : 1);
+      if (!h->packed) st = CHORUS_ERR_NO_MEMORY;
+      else h->reduced = h->shm ? h->packed + (size_t)h->at.l * (size_t)h->at.H * block : h->packed + (size_t)t->nranks * block;
+      h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
+                                     .nstages = 2,
+                                     .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER},
+                                     .active = {1, 1},
+                                     .start = hrs_start,
+                                     .ctx = h};
     }
-    h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
-                                   .nstages = 2,
-                                   .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER},
-                                   .active = {1, 1},
-                                   .start = hrs_start,
-                                   .ctx = h};
     chorus__hier_pipe_setup(&h->pipe);
   }
   if (st < 0) hrs_fini(t);
   return st;
 }
 
+static double hrs_leader_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double block, size_t slot) {
+  const chorus_topo_t* topo = t->topo;
+  int smallest = topo->host_size[0];
+  for (int host = 1; host < topo->nhosts; host++)
+    if (topo->host_size[host] < smallest) smallest = topo->host_size[host];
+  double n = t->nranks, L = cx->max_local, H = cx->nhosts;
+  return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(n * block), slot), L * n * block) +
+         (H - 1.0) * cx->inter.alpha_us + (n - smallest) * block / cx->inter.bytes_per_us +
+         chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * block), slot), 2.0 * L * block);
+}
+
 static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  if (!chorus__hier_shape_ok(t)) return DBL_MAX;
+  if (!chorus__hier_leaders_ok(t)) return DBL_MAX;
   int L = cx->max_local, H = cx->nhosts;
   double block = (double)t->args.count * (double)t->dtype_size;
   size_t slot = chorus__hier_cost_slot_bytes(t);
+  if (!chorus__hier_shape_ok(t)) return hrs_leader_cost_us(t, cx, block, slot);
   return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * block), slot), 3.0 * L * H * block) +
          (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us);
 }
 
 const chorus_algo_t chorus__algo_hier_reduce_scatter = {
     .name = "hier",
-    .desc = "two-level: intra-host reduce-scatter of the rails' blocks, inter-host ring reduce-scatter per rail",
+    .desc = "two-level: intra-host reduce-scatter of the rails' blocks, inter-host ring reduce-scatter per rail "
+            "(hosts of unequal size: intra-host reduce, the leaders' ring, intra-host broadcast)",
     .coll = CH_COLL_REDUCE_SCATTER,
     .supported = chorus__algo_reduce_supported,
     .cost_us = hrs_cost_us,
