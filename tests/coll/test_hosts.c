@@ -138,3 +138,27 @@ TEST(algo_spec_size_ranges) {
   unsetenv("CHORUS_ALGO");
   ranks_set_hosts(0, NULL);
 }
+
+/* Calls of no elements may pass NULL buffers: on hosts of unequal size numbered by host, where
+ * hier's allgather gathers straight into the receive buffer, every two-level collective takes
+ * them, forced and chosen alike. */
+static int empty_calls_rank(chorus_comm_t* comm, int rank, void* arg) {
+  (void)rank;
+  (void)arg;
+  ASSERT_OK(chorus_allreduce(NULL, NULL, 0, CHORUS_FLOAT32, CHORUS_SUM, comm));
+  ASSERT_OK(chorus_allgather(NULL, NULL, 0, CHORUS_FLOAT32, comm));
+  ASSERT_OK(chorus_reduce_scatter(NULL, NULL, 0, CHORUS_FLOAT32, CHORUS_SUM, comm));
+  ASSERT_OK(chorus_broadcast(NULL, NULL, 0, CHORUS_FLOAT32, 3, comm));
+  ASSERT_OK(chorus_reduce(NULL, NULL, 0, CHORUS_FLOAT32, CHORUS_AVG, 1, comm));
+  ASSERT_OK(chorus_barrier(comm));
+  return 0;
+}
+
+TEST(empty_calls_null_buffers_3p1_blocked) {
+  ranks_set_hosts(4, k3p1_blocked);
+  ASSERT_EQ(run_ranks(4, empty_calls_rank, NULL), 0);
+  setenv("CHORUS_ALGO", "allreduce:hier;allgather:hier;reduce_scatter:hier;broadcast:hier;reduce:hier;barrier:hier", 1);
+  ASSERT_EQ(run_ranks(4, empty_calls_rank, NULL), 0);
+  unsetenv("CHORUS_ALGO");
+  ranks_set_hosts(0, NULL);
+}

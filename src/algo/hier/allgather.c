@@ -165,7 +165,7 @@ static chorus_status_t hag_leader_init(chorus_task_t* t, hag_t* h) {
   size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
   h->leader = 1;
   h->counts = calloc(2 * (size_t)topo->nhosts, sizeof(size_t));
-  h->scratch = topo->identity ? h->whole.recvbuf : malloc(bytes ? bytes : 1);
+  h->scratch = topo->identity && bytes ? h->whole.recvbuf : malloc(bytes ? bytes : 1); /* recvbuf may be NULL at 0 */
   if (!h->counts || !h->scratch) return CHORUS_ERR_NO_MEMORY;
   h->displs = h->counts + topo->nhosts;
   chorus__hier_host_bundles(topo, h->whole.count, h->counts, h->displs);

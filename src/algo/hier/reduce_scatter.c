@@ -30,8 +30,8 @@
  * does, in H-1 steps instead of n-1:
  *   T = the shm reduce of n S + (H-1) a2 + (n S - Smin) / b2 + the shm broadcast of Lmax S.
  * With H = 1 or one rank per host it is not offered; a forced hier runs the flat ring over the
- * host-ordered ring and logs it once. Scratch: (n + H) B; in the leader mode n B, on leaders
- * n B more when ranks are not numbered by host, and Lmax B.
+ * host-ordered ring and logs it once. Scratch: (n + H) B; in the leader mode Lmax B, and on
+ * leaders n B (2 n B when ranks are not numbered by host).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -144,22 +144,23 @@ static void hrs_fini(chorus_task_t* t) {
   t->state = NULL;
 }
 
-/* The leader mode's state: the bundles, and one allocation for the host's sum, its copy in
- * host order (leaders only, when ranks are not numbered by host) and the bundle. */
+/* The leader mode's state: the bundles, and one allocation for the bundle and, on the leader,
+ * the host's sum and its copy in host order (when ranks are not numbered by host); the others
+ * pass no receive buffer to the reduce, whose result only the root keeps. */
 static chorus_status_t hrs_leader_init(chorus_task_t* t, hrs_t* h) {
   const chorus_topo_t* topo = h->topo;
   size_t block = h->whole.count * h->whole.elem_bytes, n = (size_t)t->nranks;
-  int reorders = h->at.l == h->at.lead && !topo->identity;
-  size_t bytes = (n + (reorders ? n : 0) + (size_t)h->at.L) * block;
+  int leads = h->at.l == h->at.lead, reorders = leads && !topo->identity;
+  size_t sums = (leads ? n : 0) + (reorders ? n : 0), bytes = (sums + (size_t)h->at.L) * block;
   h->leader = 1;
   h->counts = calloc(2 * (size_t)topo->nhosts, sizeof(size_t));
   h->packed = malloc(bytes ? bytes : 1);
   if (!h->counts || !h->packed) return CHORUS_ERR_NO_MEMORY;
   h->displs = h->counts + topo->nhosts;
   chorus__hier_host_bundles(topo, h->whole.count, h->counts, h->displs);
-  h->reduced = h->packed;
+  h->reduced = leads ? h->packed : NULL;
   h->by_host = reorders ? h->packed + n * block : h->reduced;
-  h->bundle = h->packed + (n + (reorders ? n : 0)) * block;
+  h->bundle = h->packed + sums * block;
   h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
                                  .nstages = 3,
                                  .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
