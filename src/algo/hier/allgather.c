@@ -169,13 +169,7 @@ static chorus_status_t hag_leader_init(chorus_task_t* t, hag_t* h) {
   if (!h->counts || !h->scratch) return CHORUS_ERR_NO_MEMORY;
   h->displs = h->counts + topo->nhosts;
   chorus__hier_host_bundles(topo, h->whole.count, h->counts, h->displs);
-  h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
-                                 .nstages = 3,
-                                 .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
-                                 .active = {1, h->at.l == h->at.lead, 1},
-                                 .start = hag_start,
-                                 .finish = hag_finish,
-                                 .ctx = h};
+  h->pipe = chorus__hier_leader_pipe(h->at.l == h->at.lead, hag_start, hag_finish, h);
   CH_DEBUG(ALGO, t->rank, "allgather hier: hosts of unequal size: through the host leaders, intra-host phases %s",
            h->shm ? "by memory semantics" : "over the shared rings (no segment)");
   return CHORUS_OK;
@@ -221,11 +215,7 @@ static chorus_status_t hag_init(chorus_task_t* t) {
 }
 
 static double hag_leader_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double block, size_t slot) {
-  const chorus_topo_t* topo = t->topo;
-  int smallest = topo->host_size[0];
-  for (int host = 1; host < topo->nhosts; host++)
-    if (topo->host_size[host] < smallest) smallest = topo->host_size[host];
-  double n = t->nranks, L = cx->max_local, H = cx->nhosts;
+  double n = t->nranks, L = cx->max_local, H = cx->nhosts, smallest = chorus__hier_smallest_host(t->topo);
   return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * block), slot), 2.0 * L * block) +
          (H - 1.0) * cx->inter.alpha_us + (n - smallest) * block / cx->inter.bytes_per_us +
          chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(n * block), slot), 2.0 * n * block);

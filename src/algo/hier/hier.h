@@ -91,6 +91,15 @@ static inline void chorus__hier_host_bundles(const chorus_topo_t* topo, size_t b
   }
 }
 
+/* The rank count of the least populated host: its bundle is what the busiest host link does
+ * not carry in the leaders' ring. */
+static inline int chorus__hier_smallest_host(const chorus_topo_t* topo) {
+  int smallest = topo->host_size[0];
+  for (int h = 1; h < topo->nhosts; h++)
+    if (topo->host_size[h] < smallest) smallest = topo->host_size[h];
+  return smallest;
+}
+
 /* Copies n blocks of block_bytes between rank order and host order: to_host: rank_buf ->
  * host_buf, else host_buf -> rank_buf. Nothing to do when the ranks are numbered by host and the
  * two are one buffer. */
@@ -162,6 +171,20 @@ typedef struct {
 } chorus_hier_pipe_t;
 
 void chorus__hier_pipe_setup(chorus_hier_pipe_t* p);
+/* The one-chunk pipeline of a leader mode: intra-host stage 0, inter-host stage 1 on the host
+ * leaders alone (`leads`), intra-host stage 2. */
+static inline chorus_hier_pipe_t chorus__hier_leader_pipe(int leads,
+                                                          chorus_status_t (*start)(chorus_task_t*, void*, int, size_t,
+                                                                                   chorus_hier_run_t*),
+                                                          void (*finish)(void*, int, size_t), void* ctx) {
+  return (chorus_hier_pipe_t){.nchunks = 1,
+                              .nstages = 3,
+                              .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
+                              .active = {1, leads, 1},
+                              .start = start,
+                              .finish = finish,
+                              .ctx = ctx};
+}
 chorus_status_t chorus__hier_pipe_step(chorus_task_t* t, chorus_hier_pipe_t* p); /* INPROGRESS, OK, < 0 */
 void chorus__hier_pipe_free(chorus_hier_pipe_t* p);
 

@@ -161,13 +161,7 @@ static chorus_status_t hrs_leader_init(chorus_task_t* t, hrs_t* h) {
   h->reduced = leads ? h->packed : NULL;
   h->by_host = reorders ? h->packed + n * block : h->reduced;
   h->bundle = h->packed + sums * block;
-  h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
-                                 .nstages = 3,
-                                 .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
-                                 .active = {1, h->at.l == h->at.lead, 1},
-                                 .start = hrs_start,
-                                 .finish = hrs_leader_finish,
-                                 .ctx = h};
+  h->pipe = chorus__hier_leader_pipe(h->at.l == h->at.lead, hrs_start, hrs_leader_finish, h);
   CH_DEBUG(ALGO, t->rank, "reduce_scatter hier: hosts of unequal size: through the host leaders, intra-host phases %s",
            h->shm ? "by memory semantics" : "over the shared rings (no segment)");
   return CHORUS_OK;
@@ -214,11 +208,7 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
 }
 
 static double hrs_leader_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx, double block, size_t slot) {
-  const chorus_topo_t* topo = t->topo;
-  int smallest = topo->host_size[0];
-  for (int host = 1; host < topo->nhosts; host++)
-    if (topo->host_size[host] < smallest) smallest = topo->host_size[host];
-  double n = t->nranks, L = cx->max_local, H = cx->nhosts;
+  double n = t->nranks, L = cx->max_local, H = cx->nhosts, smallest = chorus__hier_smallest_host(t->topo);
   return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(n * block), slot), L * n * block) +
          (H - 1.0) * cx->inter.alpha_us + (n - smallest) * block / cx->inter.bytes_per_us +
          chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * block), slot), 2.0 * L * block);
