@@ -90,7 +90,7 @@ static void hrs_leader_finish(void* ctx, int stage, size_t chunk) {
   (void)chunk;
   hrs_t* h = ctx;
   size_t block = h->whole.count * h->whole.elem_bytes;
-  if (stage == 0 && h->at.l == h->at.lead && h->by_host != h->reduced)
+  if (stage == 0 && h->by_host != h->reduced) /* the leader, ranks not numbered by host */
     chorus__hier_reorder(h->topo, h->by_host, h->reduced, block, 1);
   if (stage == 2) chorus__algo_copy(h->whole.recvbuf, h->bundle + (size_t)h->at.l * block, block);
 }
@@ -161,7 +161,7 @@ static chorus_status_t hrs_leader_init(chorus_task_t* t, hrs_t* h) {
   h->reduced = leads ? h->packed : NULL;
   h->by_host = reorders ? h->packed + n * block : h->reduced;
   h->bundle = h->packed + sums * block;
-  h->pipe = chorus__hier_leader_pipe(h->at.l == h->at.lead, hrs_start, hrs_leader_finish, h);
+  h->pipe = chorus__hier_leader_pipe(leads, hrs_start, hrs_leader_finish, h);
   CH_DEBUG(ALGO, t->rank, "reduce_scatter hier: hosts of unequal size: through the host leaders, intra-host phases %s",
            h->shm ? "by memory semantics" : "over the shared rings (no segment)");
   return CHORUS_OK;
