@@ -2,9 +2,10 @@
  * tune.c - the cost model's link figures (tune.h). The probe: the first two ranks of the first
  * host that has two (host 0's, usually) exchange messages over shared memory (the intra-host
  * link), and host 0's first rank does the same with host 1's first rank over TCP (the
- * inter-host link); 8-byte exchanges give alpha, 256 KiB (intra) and 1 MiB (inter) ones the
- * bandwidth; host 0's first rank publishes both in the bootstrap store and every rank reads
- * them from there. On 3 hosts or more, the first rank of every host then sends 1 MiB to the next
+ * inter-host link; on one core for its small exchanges where the two share a machine with more
+ * ranks than CPUs and hosts hold several ranks: share_one_core); 8-byte exchanges give alpha,
+ * 256 KiB (intra) and 1 MiB (inter) ones the bandwidth; host 0's first rank publishes both in
+ * the bootstrap store and every rank reads them from there. On 3 hosts or more, the first rank of every host then sends 1 MiB to the next
  * host's and receives from the previous one's, all at once (the ring figure, algo.h). About 1 ms
  * on one host, a few tens of ms over 2 Gbit/s links.
  * Exchanges are the library's own point-to-point calls (numbered per pair, so the collective
@@ -14,6 +15,7 @@
 
 #include "coll/coll.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +53,63 @@ static chorus_status_t time_exchanges(chorus_comm_t* comm, int to, int from, siz
   return CHORUS_OK;
 }
 
-chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes,
+/* What the two ranks of a probe pair tell each other before they measure. */
+typedef struct {
+  char machine[CHORUS_ADDR_LEN]; /* its boot id (chorus_peer_info_t) */
+  int32_t crowded;               /* comm->machine_crowded */
+  int32_t cpu;                   /* the CPU the pair's lead runs on */
+} pair_hello_t;
+
+/* Two ranks on one machine with more ranks than CPUs (hosts emulated in network namespaces, or
+ * containers of one machine) wait for each other's turn on a core in most of a collective's
+ * hand-overs, and one small exchange costs 4x as much when they take turns on one core as on
+ * two: 28-31 us against 6-9 on 2 CPUs, where a launcher's pinning alone decided which one the
+ * pair saw (it pins rank r of the job to CPU r mod 2: host 0's and host 1's first ranks share a
+ * CPU when host 0 has 2 ranks, not when it has 1 or 3). The lower figure priced the steps of
+ * hosts of 3+1 and 1+2+3 ranks at a quarter of what they took and chose schedules that took
+ * 1.3-2.7x the fastest's time for allgathers and reduce_scatters of 1-12 KiB (flat rings where
+ * the two-level leader mode or halving was fastest); measured on one core, within 1.1x. So such a pair measures the shared case on purpose: both run on
+ * the lead's CPU for the small exchanges. 1 when this rank moved (*own: its affinity before). */
+static int share_one_core(chorus_comm_t* comm, int peer, int lead, cpu_set_t* own, chorus_status_t* st) {
+  pair_hello_t mine, theirs;
+  chorus_peer_info_t me;
+  memset(&me, 0, sizeof(me));
+  memset(&mine, 0, sizeof(mine));
+  memset(&theirs, 0, sizeof(theirs));
+  chorus__peer_info_self(comm, &me);
+  memcpy(mine.machine, me.machine, sizeof(mine.machine));
+  mine.crowded = comm->machine_crowded;
+  mine.cpu = lead ? sched_getcpu() : -1;
+  *st = chorus__sendrecv_internal(&mine, sizeof(mine), peer, &theirs, sizeof(theirs), peer, comm);
+  if (*st < 0 || !mine.crowded || !theirs.crowded || strncmp(mine.machine, theirs.machine, sizeof(mine.machine)) != 0)
+    return 0;
+  int cpu = lead ? mine.cpu : theirs.cpu;
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(*own), own) != 0) return 0;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return sched_setaffinity(0, sizeof(one), &one) == 0; /* not allowed there: the pair measures apart */
+}
+
+/* Only where hosts hold several ranks: what the shared figure corrects is the price of a step
+ * between hosts against the hand-overs inside a host (priced from the shared-memory pair, which
+ * a launcher puts on two cores). With one rank per host every candidate crosses hosts alone and
+ * the figure as placed ranked them better: at one core, 4 emulated hosts x 1 rank on 2 CPUs
+ * priced recursive doubling under halving-doubling at 16-32 KiB, where it took 1.3x its time. */
+int chorus__tune_inter_lead(const chorus_topo_t* topo, int rank, int first) {
+  return topo->max_local > 1 ? rank == first : -1;
+}
+
+chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes, int lead,
                                      chorus_link_model_t* out) {
   char* buf = calloc(2, big_bytes);
   double* us = calloc((size_t)reps, sizeof(double));
   chorus_status_t st = buf && us ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
   double small = 0, big = 0;
+  cpu_set_t own;
+  int moved = st >= 0 && lead >= 0 ? share_one_core(comm, peer, lead, &own, &st) : 0;
   if (st >= 0) st = time_exchanges(comm, peer, peer, 8, reps, buf, us);
+  if (moved) sched_setaffinity(0, sizeof(own), &own);
   if (st >= 0) small = us[reps / 2];
   if (st >= 0) st = time_exchanges(comm, peer, peer, big_bytes, reps < PROBE_BIG_REPS ? reps : PROBE_BIG_REPS, buf, us);
   if (st >= 0) big = us[0];
@@ -177,7 +229,7 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     if (st < 0) return st;
   }
   if (ia >= 0 && (comm->rank == ia || comm->rank == b)) {
-    st = chorus__tune_measure(comm, comm->rank == ia ? b : ia, PROBE_SMALL_REPS, PROBE_INTRA_BYTES, &m);
+    st = chorus__tune_measure(comm, comm->rank == ia ? b : ia, PROBE_SMALL_REPS, PROBE_INTRA_BYTES, -1, &m);
     f.intra[0] = m.alpha_us;
     f.intra[1] = m.bytes_per_us;
     if (st >= 0 && ia != a && comm->rank == ia) {
@@ -186,7 +238,8 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     }
   }
   if (st >= 0 && c >= 0 && (comm->rank == a || comm->rank == c)) {
-    st = chorus__tune_measure(comm, comm->rank == a ? c : a, PROBE_SMALL_REPS, PROBE_INTER_BYTES, &m);
+    st = chorus__tune_measure(comm, comm->rank == a ? c : a, PROBE_SMALL_REPS, PROBE_INTER_BYTES,
+                              chorus__tune_inter_lead(topo, comm->rank, a), &m);
     f.inter[0] = m.alpha_us;
     f.inter[1] = m.bytes_per_us;
   }

@@ -14,9 +14,15 @@
 chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store);
 
 /* The probe's figures between this rank and peer: half the exchange time of a small message
- * (alpha) and the bandwidth of a large one. reps: exchanges per size. */
-chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes,
+ * (alpha) and the bandwidth of a large one. reps: exchanges per size. lead: -1 measures the
+ * pair where it runs; else 1 on one rank of the pair and 0 on the other, and where the two share
+ * a machine with more ranks than CPUs the small exchanges run on the lead's CPU (tune.c). */
+chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, size_t big_bytes, int lead,
                                      chorus_link_model_t* out);
+
+/* The lead argument of chorus__tune_measure for `rank` of the inter-host pair whose first rank
+ * is `first`: -1 (as placed) when every host has one rank. */
+int chorus__tune_inter_lead(const chorus_topo_t* topo, int rank, int first);
 
 /* The probe's pairs: the first two ranks of the first host that has two (intra; -1, -1 when
  * none) and the first ranks of hosts 0 and 1 (inter; -1, -1 on one host). */

@@ -330,6 +330,7 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
   comm->cost.spread = comm->cost.flat; /* until tune.c divides it */
   comm->cost.machine_oversub = machine_oversubscription(infos, comm->nranks);
+  comm->machine_crowded = ranks_on_machine(infos, comm->nranks, comm->rank) > infos[comm->rank].cpus;
   if (comm->shm_stream_bytes == STREAM_BY_MACHINE) {
     int mine = ranks_on_machine(infos, comm->nranks, comm->rank);
     comm->shm_stream_bytes = chorus__stream_from_bytes(chorus__llc_bytes(), mine, infos[comm->rank].cpus);

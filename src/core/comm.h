@@ -48,6 +48,7 @@ struct chorus_comm {
   int spin_small_us; /* the same for calls of at most cost.spin_bytes (tune.c) */
   int spin_by_link;  /* CHORUS_SPIN_US=-1: tune.c derives spin_small_us from the links */
   int oversubscribed; /* more ranks on this host than online CPUs: waiters yield at once */
+  int machine_crowded; /* more ranks on this rank's machine (emulated hosts may share one) than online CPUs */
   size_t chunk_bytes; /* CHORUS_BUFF_SIZE */
   size_t msg_chunk_bytes; /* what engines cut messages into: chunk_bytes per socket of a TCP peer */
   int shm_enabled;

@@ -3,10 +3,14 @@
  * file, the CHORUS_LINK_* variables over both, the probe on emulated hosts (positive figures,
  * bitwise the same on every rank, so every rank selects alike), clear errors for a missing
  * file, a malformed line and a malformed variable; and what the model derives from the links
- * (spread, hand-overs, the latency-bound calls' spin and view) against hand-worked figures. On
+ * (spread, hand-overs, the latency-bound calls' spin and view) against hand-worked figures; the
+ * probe leaves every rank's CPU affinity as it found it (its inter-host pair may share a core
+ * for a moment: tune.c), and shares a core only where hosts hold several ranks. On
  * 3 hosts or more the probe also measures the ring figure (every host's first rank sending to
  * the next at once), which flat algorithms take when it is lower than the pair's.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_EQUAL */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +60,47 @@ TEST(defaults_without_tuning) {
 TEST(probe_measures_both_levels_alike_everywhere) {
   tune_case_t c = {{-1, -1, -1, -1}};
   run_case(&c);
+}
+
+/* On a machine with more ranks than CPUs (4 thread ranks on this 2-core one) the inter-host
+ * pair takes its small exchanges on one core (tune.c): every thread ends with the affinity it
+ * began with, and the machine counts as crowded exactly when the ranks outnumber its CPUs. */
+static cpu_set_t g_before;
+
+static int check_affinity(chorus_comm_t* comm, int rank, void* arg) {
+  (void)rank, (void)arg;
+  cpu_set_t now;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(now), &now), 0);
+  ASSERT_TRUE(CPU_EQUAL(&now, &g_before));
+  ASSERT_EQ(comm->machine_crowded, comm->nranks > sysconf(_SC_NPROCESSORS_ONLN));
+  ASSERT_TRUE(comm->cost.inter.alpha_us > 0);
+  return 0;
+}
+
+TEST(probe_leaves_every_rank_where_it_was) {
+  ASSERT_EQ(sched_getaffinity(0, sizeof(g_before), &g_before), 0); /* the threads inherit it */
+  ranks_set_hosts(4, kTwoHosts);
+  ASSERT_EQ(run_ranks(4, check_affinity, NULL), 0);
+  ranks_set_hosts(0, NULL);
+}
+
+/* The inter-host pair measures on one core only where hosts hold several ranks. */
+TEST(inter_pair_shares_a_core_only_with_several_ranks_a_host) {
+  const char* two_by_two[] = {"a", "a", "b", "b"};
+  const char* three_plus_one[] = {"a", "a", "a", "b"};
+  const char* four_by_one[] = {"a", "b", "c", "d"};
+  chorus_topo_t topo;
+  ASSERT_EQ(chorus__topo_init(&topo, 4, two_by_two), 0);
+  ASSERT_EQ(chorus__tune_inter_lead(&topo, 0, 0), 1);
+  ASSERT_EQ(chorus__tune_inter_lead(&topo, 2, 0), 0);
+  chorus__topo_free(&topo);
+  ASSERT_EQ(chorus__topo_init(&topo, 4, three_plus_one), 0);
+  ASSERT_EQ(chorus__tune_inter_lead(&topo, 3, 0), 0);
+  chorus__topo_free(&topo);
+  ASSERT_EQ(chorus__topo_init(&topo, 4, four_by_one), 0);
+  ASSERT_EQ(chorus__tune_inter_lead(&topo, 0, 0), -1);
+  ASSERT_EQ(chorus__tune_inter_lead(&topo, 1, 0), -1);
+  chorus__topo_free(&topo);
 }
 
 /* 3 hosts: the ring figure is measured, the same bits on every rank, and flat takes the lower

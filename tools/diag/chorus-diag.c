@@ -214,7 +214,8 @@ static void write_tune(chorus_comm_t* comm, int rank, const char* path) {
   for (int i = 0; i < 2; i++) {
     if (pair[i][0] >= 0 && (rank == pair[i][0] || rank == pair[i][1])) {
       chorus_link_model_t m;
-      CHECK(chorus__tune_measure(comm, rank == pair[i][0] ? pair[i][1] : pair[i][0], 50, 1u << 20, &m));
+      int lead = i == 0 ? -1 : chorus__tune_inter_lead(topo, rank, pair[i][0]); /* as the probe's pair */
+      CHECK(chorus__tune_measure(comm, rank == pair[i][0] ? pair[i][1] : pair[i][0], 50, 1u << 20, lead, &m));
       if (rank == pair[i][0]) mine[2 * i] = m.alpha_us, mine[2 * i + 1] = m.bytes_per_us;
     }
     CHECK(chorus_barrier(comm)); /* one pair at a time */
