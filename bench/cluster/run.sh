@@ -22,8 +22,9 @@
 #                     4 streams one way, and with 1 and 4 streams each way at once (--bidir: what
 #                     an allreduce of 2 ranks asks of the link, where every rank sends and
 #                     receives at once), against chorus-perf allreduce 256 MiB with
-#                     CHORUS_NSOCKS_PER_PEER 1 and 4, alternating (--reps, --timeout-sec apply);
-#                     and with CHORUS_SOCKET_CC=cubic (rows choruscubic_*)
+#                     CHORUS_NSOCKS_PER_PEER 1 and 4, alternating (--reps, --timeout-sec apply),
+#                     with Chorus's defaults (rows chorus_*) and with CHORUS_SOCKET_CC=system, the
+#                     hosts' own congestion control (rows chorussys_*)
 #   --cc NAME         with --line-rate: the hosts' default TCP congestion control (the
 #                     namespaces' net.ipv4.tcp_congestion_control) for every contender
 #   --no-install      do not apt-get install missing packages (missing contenders are skipped)
@@ -228,7 +229,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; if (NR % 2) 
 # ---- --line-rate: 2 hosts x 1 rank, unshaped: iperf3 against chorus-perf at 256 MiB ----
 if [ $line_rate = 1 ]; then
   csv=$out/line-rate.csv
-  line_rows="iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4 choruscubic_1 choruscubic_4"
+  line_rows="iperf3_1 iperf3_4 iperf3bidir_1 iperf3bidir_4 chorus_1 chorus_4 chorussys_1 chorussys_4"
   if [ -n "$cc" ]; then
     for ns in "${NS[@]}"; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc" || die "cannot set $cc"; done
   fi
@@ -258,8 +259,8 @@ e = json.load(open(sys.argv[1]))["end"]
 r = [e["sum_received"]["bits_per_second"]] + ([e["sum_received_bidir_reverse"]["bits_per_second"]] if "sum_received_bidir_reverse" in e else [])
 print(sum(r) / len(r) / 1e9)' "$log") || v=""
           ;;
-        chorus_* | choruscubic_*)
-          cc_env=(); [[ $c == choruscubic_* ]] && cc_env=(CHORUS_SOCKET_CC=cubic)
+        chorus_* | chorussys_*)
+          cc_env=(); [[ $c == chorussys_* ]] && cc_env=(CHORUS_SOCKET_CC=system)
           chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#*_}" "${cc_env[@]}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
           # busbw (GB/s) as Gbit/s: comparable with iperf3's per-direction rate
           v=$(awk -v b="$b" '$1 == b && $NF == 0 { print $8 * 8 }' "$log")
@@ -283,11 +284,11 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
       r1=$(same_run_ratio "$c" iperf3_1) r4=$(same_run_ratio "$c" iperf3_4)
       rb=$(same_run_ratio "$c" iperf3bidir_1) rb4=$(same_run_ratio "$c" iperf3bidir_4)
       rc1=""; [[ $c == chorus_* ]] && rc1=$(same_run_ratio "$c" chorus_1)
-      [[ $c == choruscubic_* ]] && rc1=$(same_run_ratio "$c" choruscubic_1)
+      [[ $c == chorussys_* ]] && rc1=$(same_run_ratio "$c" chorussys_1)
       awk -v c="$c" -v m="$m" -v a="$r1" -v d="$r4" -v e="$rb" -v f="$rb4" -v g="$rc1" 'BEGIN {
         name = c; sub("iperf3bidir_", "iperf3 --bidir (each direction), streams ", name); sub("iperf3_", "iperf3, streams ", name)
         sub("chorus_", "chorus-perf allreduce 256 MiB busbw, NSOCKS_PER_PEER=", name)
-        sub("choruscubic_", "chorus-perf allreduce 256 MiB busbw, CHORUS_SOCKET_CC=cubic, NSOCKS_PER_PEER=", name)
+        sub("chorussys_", "chorus-perf allreduce 256 MiB busbw, CHORUS_SOCKET_CC=system, NSOCKS_PER_PEER=", name)
         printf "| %s | %.2f | %s | %s | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e), ratio(f), ratio(g) }
         function ratio(r) { return r == "" ? "-" : sprintf("%.2fx", r) }'
     done

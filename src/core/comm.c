@@ -151,11 +151,34 @@ static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, ch
   return CHORUS_OK;
 }
 
+/* CHORUS_SOCKET_CC=auto: cubic where the system's congestion control is bbr and no fq qdisc is
+ * the default, so that the kernel paces every socket itself; NULL (the system's) otherwise, or
+ * when cubic cannot be set here. On emulated hosts linked at 2 Gbit/s such sockets stalled
+ * exchanges of 64 KiB-1 MiB for 50-170 ms about once in 10-30 calls (recursive doubling's 64 KiB
+ * allreduce on 4 hosts x 2 ranks: 12.8 ms a call against 1.1 with cubic sockets; no loss, no
+ * retransmission: the sender's own pacing), and unshaped they capped one flow at 11-16 Gbit/s
+ * where cubic carried 20-54 (docs/cluster.md). Collectives send in bursts after idle gaps, the
+ * pattern internal pacing handles worst; bbr under fq keeps its pacing in the qdisc and is left
+ * alone, as is any choice made by name. */
+static const char* auto_tcp_cc(int rank) {
+  char sys[32] = "", qdisc[32] = "", err[300];
+  chorus__first_line("/proc/sys/net/ipv4/tcp_congestion_control", sys, sizeof(sys));
+  chorus__first_line("/proc/sys/net/core/default_qdisc", qdisc, sizeof(qdisc));
+  if (strncmp(sys, "bbr", 3) != 0 || strcmp(qdisc, "fq") == 0) return NULL;
+  if (chorus__sock_set_cc(-1, "cubic", err, sizeof(err)) < 0) {
+    CH_INFO(INIT, rank, "CHORUS_SOCKET_CC=auto: the system's %s stays (%s)", sys, err);
+    return NULL;
+  }
+  CH_INFO(INIT, rank, "CHORUS_SOCKET_CC=auto: cubic, not the system's %s without an fq qdisc (kernel pacing)", sys);
+  return "cubic";
+}
+
 /* CHORUS_SOCKET_CC, checked on a scratch socket so that a name the kernel refuses fails here,
  * before this rank joins the others. */
 static chorus_status_t read_tcp_cc(chorus_comm_t* comm, char* err, size_t errlen) {
   const char* cc = chorus__param_str(CHORUS_PARAM_SOCKET_CC);
-  if (!cc[0]) return CHORUS_OK;
+  if (strcmp(cc, "auto") == 0) cc = auto_tcp_cc(comm->rank);
+  if (!cc || !cc[0] || strcmp(cc, "system") == 0) return CHORUS_OK;
   if (strlen(cc) >= sizeof(comm->tcp_cc)) {
     snprintf(err, errlen, "CHORUS_SOCKET_CC=\"%.40s...\" is too long for a congestion control name", cc);
     return CHORUS_ERR_INVALID_ARG;

@@ -1,8 +1,10 @@
 #!/bin/bash
 # test_socket_cc.sh CHORUS_RUN CHORUS_DIAG SPLIT_TEST - CHORUS_SOCKET_CC: every TCP socket between
 # ranks runs the congestion control it names (read back from the kernel by chorus-diag --topo,
-# both ends, several sockets per peer, split communicators too), the system's without it, and a
-# name the kernel refuses or cannot hold fails at creation with the variable named.
+# both ends, several sockets per peer, split communicators too); without it (auto) cubic where
+# the system's is bbr without an fq default qdisc, else the system's (both cases also inside a
+# network namespace of our own, whose setting we choose, as root); with "system" the system's;
+# a name the kernel refuses or cannot hold fails at creation with the variable named.
 source "$(dirname "$0")/lib.sh"
 RUN=${1:?usage: test_socket_cc.sh CHORUS_RUN CHORUS_DIAG SPLIT_TEST}
 DIAG=${2:?missing CHORUS_DIAG}
@@ -19,10 +21,51 @@ grep -qw "$want" /proc/sys/net/ipv4/tcp_available_congestion_control || { echo "
 # tcp_cc_column OUT: the "tcp cc" column of every rank's row of chorus-diag --topo.
 tcp_cc_column() { awk '$1 ~ /^[0-9]+$/ { print $7 }' "$1" | sort | uniq -c | awk '{ print $2 "x" $1 }'; }
 
-timeout -s KILL 30 "$RUN" -n 3 -x CHORUS_SHM_DISABLE=1 "$DIAG" --topo >"$TMP/sys.out" 2>"$TMP/sys.err" ||
-  fail "default: exited $?: $(tail -n 3 "$TMP/sys.err")"
-[ "$(tcp_cc_column "$TMP/sys.out")" = "${sys_cc}x3" ] || fail "default: tcp cc '$(tcp_cc_column "$TMP/sys.out")', system's $sys_cc"
-ok "without the variable every rank's sockets run the system's $sys_cc"
+# auto_cc SYSTEM_CC QDISC: what the default should pick (the library's rule, restated).
+auto_cc() {
+  if [[ $1 == bbr* && $2 != fq ]] && grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control &&
+    { [ "$(id -u)" = 0 ] || grep -qw cubic /proc/sys/net/ipv4/tcp_allowed_congestion_control; }; then
+    echo cubic
+  else
+    echo "$1"
+  fi
+}
+qdisc=$(cat /proc/sys/net/core/default_qdisc 2>/dev/null || echo "")
+expect=$(auto_cc "$sys_cc" "$qdisc")
+timeout -s KILL 30 "$RUN" -n 3 -x CHORUS_SHM_DISABLE=1 -x CHORUS_LOG_LEVEL=info -x CHORUS_LOG_SUBSYS=init "$DIAG" --topo \
+  >"$TMP/sys.out" 2>"$TMP/sys.err" || fail "default: exited $?: $(tail -n 3 "$TMP/sys.err")"
+[ "$(tcp_cc_column "$TMP/sys.out")" = "${expect}x3" ] ||
+  fail "default: tcp cc '$(tcp_cc_column "$TMP/sys.out")', system's $sys_cc, default qdisc '$qdisc', expected $expect"
+if [ "$expect" != "$sys_cc" ]; then
+  n=$(grep -c "CHORUS_SOCKET_CC=auto: cubic, not the system's $sys_cc" "$TMP/sys.err")
+  [ "$n" = 3 ] || fail "default: $n ranks logged why they chose cubic: $(grep -i congestion "$TMP/sys.err")"
+fi
+ok "without the variable every rank's sockets run $expect (system's $sys_cc, default qdisc '$qdisc')"
+
+timeout -s KILL 30 "$RUN" -n 2 -x CHORUS_SHM_DISABLE=1 -x CHORUS_SOCKET_CC=system "$DIAG" --topo >"$TMP/keep.out" \
+  2>"$TMP/keep.err" || fail "system: exited $?: $(tail -n 3 "$TMP/keep.err")"
+[ "$(tcp_cc_column "$TMP/keep.out")" = "${sys_cc}x2" ] || fail "system: tcp cc '$(tcp_cc_column "$TMP/keep.out")'"
+ok "CHORUS_SOCKET_CC=system: the system's $sys_cc"
+
+# Both outcomes of auto, in a namespace whose default we set (no default qdisc is readable there:
+# it counts as not fq). Ours alone: named with this shell's PID, deleted at exit.
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && grep -qw bbr /proc/sys/net/ipv4/tcp_available_congestion_control &&
+  ip netns add "chorus-cc-$$" 2>/dev/null; then
+  NS="chorus-cc-$$"
+  trap 'ip netns del "$NS" 2>/dev/null; cleanup' EXIT
+  ip -n "$NS" link set lo up || fail "netns: lo up"
+  for ns_cc in bbr reno; do
+    ip netns exec "$NS" sysctl -qw net.ipv4.tcp_congestion_control=$ns_cc || fail "netns: cannot set $ns_cc"
+    ns_expect=$(auto_cc $ns_cc "")
+    timeout -s KILL 30 ip netns exec "$NS" "$RUN" -n 2 -x CHORUS_SHM_DISABLE=1 "$DIAG" --topo >"$TMP/ns.out" \
+      2>"$TMP/ns.err" || fail "netns $ns_cc: exited $?: $(tail -n 3 "$TMP/ns.err")"
+    [ "$(tcp_cc_column "$TMP/ns.out")" = "${ns_expect}x2" ] ||
+      fail "netns $ns_cc: tcp cc '$(tcp_cc_column "$TMP/ns.out")', expected $ns_expect"
+    ok "in a namespace whose default is $ns_cc: $ns_expect"
+  done
+else
+  echo "# not root, no bbr or no namespace: auto is checked on this system's setting only"
+fi
 
 timeout -s KILL 30 "$RUN" -n 3 -x CHORUS_SHM_DISABLE=1 -x CHORUS_NSOCKS_PER_PEER=2 -x CHORUS_SOCKET_CC=$want \
   -x CHORUS_LOG_LEVEL=info -x CHORUS_LOG_SUBSYS=init "$DIAG" --topo --check >"$TMP/set.out" 2>"$TMP/set.err" ||
