@@ -5,9 +5,9 @@
  * inter-host link; on one core for its small exchanges where the two share a machine with more
  * ranks than CPUs and hosts hold several ranks: share_one_core); 8-byte exchanges give alpha,
  * 256 KiB (intra) and 1 MiB (inter) ones the bandwidth; host 0's first rank publishes both in
- * the bootstrap store and every rank reads them from there. On 3 hosts or more, the first rank of every host then sends 1 MiB to the next
- * host's and receives from the previous one's, all at once (the ring figure, algo.h). About 1 ms
- * on one host, a few tens of ms over 2 Gbit/s links.
+ * the bootstrap store and every rank reads them from there. On 3 hosts or more, the first rank
+ * of every host then sends 1 MiB to the next host's and receives from the previous one's, all at
+ * once (the ring figure, algo.h). About 1 ms on one host, a few tens of ms over 2 Gbit/s links.
  * Exchanges are the library's own point-to-point calls (numbered per pair, so the collective
  * sequence still starts at 0 for the user; outside CHORUS_ALGO, the recorder and the trace).
  */
@@ -68,8 +68,9 @@ typedef struct {
  * CPU when host 0 has 2 ranks, not when it has 1 or 3). The lower figure priced the steps of
  * hosts of 3+1 and 1+2+3 ranks at a quarter of what they took and chose schedules that took
  * 1.3-2.7x the fastest's time for allgathers and reduce_scatters of 1-12 KiB (flat rings where
- * the two-level leader mode or halving was fastest); measured on one core, within 1.1x. So such a pair measures the shared case on purpose: both run on
- * the lead's CPU for the small exchanges. 1 when this rank moved (*own: its affinity before). */
+ * the two-level leader mode or halving was fastest); measured on one core, within 1.1x. So such
+ * a pair measures the shared case on purpose: both run on the lead's CPU for the small
+ * exchanges. 1 when this rank moved (*own: its affinity before). */
 static int share_one_core(chorus_comm_t* comm, int peer, int lead, cpu_set_t* own, chorus_status_t* st) {
   pair_hello_t mine, theirs;
   chorus_peer_info_t me;

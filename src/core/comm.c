@@ -157,9 +157,10 @@ static chorus_status_t parse_algo_spec(chorus_comm_t* comm, const char* spec, ch
  * exchanges of 64 KiB-1 MiB for 50-170 ms about once in 10-30 calls (recursive doubling's 64 KiB
  * allreduce on 4 hosts x 2 ranks: 12.8 ms a call against 1.1 with cubic sockets; no loss, no
  * retransmission: the sender's own pacing), and unshaped they capped one flow at 11-16 Gbit/s
- * where cubic carried 20-54 (docs/cluster.md). Collectives send in bursts after idle gaps, the
- * pattern internal pacing handles worst; bbr under fq keeps its pacing in the qdisc and is left
- * alone, as is any choice made by name. */
+ * (iperf3's too) where cubic flows carried 18-54 (docs/cluster.md). Collectives send in bursts
+ * after idle gaps, the pattern internal pacing handles worst; bbr under fq keeps its pacing in
+ * the qdisc and is left alone, as is any choice made by name. Inside a network namespace the
+ * default qdisc cannot be read (it is the initial namespace's): taken as not fq. */
 static const char* auto_tcp_cc(int rank) {
   char sys[32] = "", qdisc[32] = "", err[300];
   chorus__first_line("/proc/sys/net/ipv4/tcp_congestion_control", sys, sizeof(sys));
