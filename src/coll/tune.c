@@ -15,6 +15,7 @@
 
 #include "coll/coll.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,7 +111,8 @@ chorus_status_t chorus__tune_measure(chorus_comm_t* comm, int peer, int reps, si
   cpu_set_t own;
   int moved = st >= 0 && lead >= 0 ? share_one_core(comm, peer, lead, &own, &st) : 0;
   if (st >= 0) st = time_exchanges(comm, peer, peer, 8, reps, buf, us);
-  if (moved) sched_setaffinity(0, sizeof(own), &own);
+  if (moved && sched_setaffinity(0, sizeof(own), &own) != 0) /* a cpuset changed meanwhile */
+    CH_WARN(comm->rank, "link probe: could not restore this thread's CPU affinity: %s", strerror(errno));
   if (st >= 0) small = us[reps / 2];
   if (st >= 0) st = time_exchanges(comm, peer, peer, big_bytes, reps < PROBE_BIG_REPS ? reps : PROBE_BIG_REPS, buf, us);
   if (st >= 0) big = us[0];

@@ -49,10 +49,11 @@ ok "CHORUS_SOCKET_CC=system: the system's $sys_cc"
 
 # Both outcomes of auto, in a namespace whose default we set (no default qdisc is readable there:
 # it counts as not fq). Ours alone: named with this shell's PID, deleted at exit.
-if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && grep -qw bbr /proc/sys/net/ipv4/tcp_available_congestion_control &&
-  ip netns add "chorus-cc-$$" 2>/dev/null; then
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v sysctl >/dev/null &&
+  grep -qw bbr /proc/sys/net/ipv4/tcp_available_congestion_control && ip netns add "chorus-cc-$$" 2>/dev/null; then
   NS="chorus-cc-$$"
   trap 'ip netns del "$NS" 2>/dev/null; cleanup' EXIT
+  trap 'exit 1' INT TERM HUP # through the EXIT trap: a test killed at its time limit leaves no namespace
   ip -n "$NS" link set lo up || fail "netns: lo up"
   for ns_cc in bbr reno; do
     ip netns exec "$NS" sysctl -qw net.ipv4.tcp_congestion_control=$ns_cc || fail "netns: cannot set $ns_cc"

@@ -235,13 +235,15 @@ static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* comm_cx
     size_t sub_chunks = chorus__div_up(S_bytes, slot), ag_chunks = chorus__div_up(S_bytes / (size_t)L, slot);
     const chorus_ar_engine_t* eng = pick_engine(t, cx, &link, leader ? S : S / L, &inter);
     if (!eng) continue;
-    /* The leader mode's reduce puts one hand-over on the call's path, the others' ARRIVED, which
-     * the leader waits for; its DONE, which the others wait for, passes while the leader
-     * crosses hosts. The broadcast puts both (the others wait for the leader's ARRIVED, the
-     * leader for their DONE). Priced at 2 + 2, the leader mode lost 16-256 B on 4 emulated hosts
-     * x 2 ranks to flat rd (105.8 us predicted against 109.8) where it took 75-81 us to rd's
-     * 101-109. */
-    double intra = leader ? chorus__shm_cost_us(cx, 1, sub_chunks, L * S) + chorus__shm_cost_us(cx, 2, sub_chunks, S)
+    /* The leader mode's reduce of one sub-chunk puts one hand-over on the call's path, the
+     * others' ARRIVED, which the leader waits for; its DONE, which the others wait for, passes
+     * while the leader crosses hosts (with several sub-chunks, all but the last DONE come back
+     * onto the path: the others wait for them to reuse their slots). The broadcast puts both
+     * (the others wait for the leader's ARRIVED, the leader for their DONE). Priced at 2 + 2, the
+     * leader mode lost 16-256 B on 4 emulated hosts x 2 ranks to flat rd (105.8 us predicted
+     * against 109.8) where it took 75-81 us to rd's 101-109. */
+    double reduce_stages = 2.0 - 1.0 / (double)(sub_chunks ? sub_chunks : 1);
+    double intra = leader ? chorus__shm_cost_us(cx, reduce_stages, sub_chunks, L * S) + chorus__shm_cost_us(cx, 2, sub_chunks, S)
                           : chorus__shm_cost_us(cx, 2, sub_chunks, 2.0 * S) + chorus__shm_cost_us(cx, 2, ag_chunks, S);
     double us = intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
     if (leader) us += chorus__algo_packing_us(t, cx); /* only the rails take a fused group's members */
