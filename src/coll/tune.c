@@ -56,7 +56,7 @@ static chorus_status_t time_exchanges(chorus_comm_t* comm, int to, int from, siz
 
 /* What the two ranks of a probe pair tell each other before they measure. */
 typedef struct {
-  char machine[CHORUS_ADDR_LEN]; /* its boot id (chorus_peer_info_t) */
+  char machine[CHORUS_ADDR_LEN]; /* chorus__machine_id */
   int32_t crowded;               /* comm->machine_crowded */
   int32_t cpu;                   /* the CPU the pair's lead runs on */
 } pair_hello_t;
@@ -74,12 +74,9 @@ typedef struct {
  * exchanges. 1 when this rank moved (*own: its affinity before). */
 static int share_one_core(chorus_comm_t* comm, int peer, int lead, cpu_set_t* own, chorus_status_t* st) {
   pair_hello_t mine, theirs;
-  chorus_peer_info_t me;
-  memset(&me, 0, sizeof(me));
   memset(&mine, 0, sizeof(mine));
   memset(&theirs, 0, sizeof(theirs));
-  chorus__peer_info_self(comm, &me);
-  memcpy(mine.machine, me.machine, sizeof(mine.machine));
+  chorus__machine_id(comm, mine.machine, sizeof(mine.machine));
   mine.crowded = comm->machine_crowded;
   mine.cpu = lead ? sched_getcpu() : -1;
   *st = chorus__sendrecv_internal(&mine, sizeof(mine), peer, &theirs, sizeof(theirs), peer, comm);

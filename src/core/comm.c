@@ -306,6 +306,10 @@ void chorus__host_id(char* out, size_t outlen) {
   snprintf(out, outlen, "%s%s%s", host, boot[0] ? "/" : "", boot);
 }
 
+void chorus__machine_id(const chorus_comm_t* comm, char* out, size_t len) {
+  if (!chorus__first_line("/proc/sys/kernel/random/boot_id", out, len)) snprintf(out, len, "%s", comm->host_id);
+}
+
 void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me) {
   me->pid = (int32_t)getpid();
   me->nranks = comm->nranks;
@@ -313,8 +317,7 @@ void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me) {
   snprintf(me->host_id, sizeof(me->host_id), "%s", comm->host_id);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   me->cpus = cpus > 0 ? (int32_t)cpus : 1;
-  if (!chorus__first_line("/proc/sys/kernel/random/boot_id", me->machine, sizeof(me->machine)))
-    snprintf(me->machine, sizeof(me->machine), "%s", comm->host_id);
+  chorus__machine_id(comm, me->machine, sizeof(me->machine));
 }
 
 /* Ranks per CPU on the busiest machine. Emulated hosts (network namespaces, CHORUS_HOST_ID) or
@@ -354,9 +357,9 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   comm->cost.flat = comm->topo.nhosts > 1 ? comm->cost.inter : comm->cost.intra;
   comm->cost.spread = comm->cost.flat; /* until tune.c divides it */
   comm->cost.machine_oversub = machine_oversubscription(infos, comm->nranks);
-  comm->machine_crowded = ranks_on_machine(infos, comm->nranks, comm->rank) > infos[comm->rank].cpus;
+  int mine = ranks_on_machine(infos, comm->nranks, comm->rank);
+  comm->machine_crowded = mine > infos[comm->rank].cpus;
   if (comm->shm_stream_bytes == STREAM_BY_MACHINE) {
-    int mine = ranks_on_machine(infos, comm->nranks, comm->rank);
     comm->shm_stream_bytes = chorus__stream_from_bytes(chorus__llc_bytes(), mine, infos[comm->rank].cpus);
     CH_INFO(TUNE, comm->rank, "calls that read and write %zu bytes of their buffers or more store with streaming stores (%d ranks on this machine)",
              comm->shm_stream_bytes, mine);

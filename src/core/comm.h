@@ -128,6 +128,8 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
                                      const chorus_peer_info_t* infos);
 /* This process's host identity (CHORUS_HOST_ID, else hostname + boot id). */
 void chorus__host_id(char* out, size_t outlen);
+/* This rank's machine, whatever host id it claims: the kernel's boot id (the host id if unreadable). */
+void chorus__machine_id(const chorus_comm_t* comm, char* out, size_t len);
 /* What this rank tells its peers about itself at bootstrap (its listening address aside). */
 void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me);
 
