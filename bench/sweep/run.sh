@@ -181,5 +181,5 @@ for ((i = 0; i < ${#band_list[@]}; i += 4)); do
 done | grep -E "\\[0\\] CHORUS DEBUG tune $coll of" | sed 's/.*tune //' | sort -u >"$out/auto_choices.txt"
 
 /usr/bin/python3 "$HERE/summarize.py" "$out/samples.csv" "$out/auto_choices.txt" "$coll" \
-  "$([ $launches = 1 ] && echo launches || echo rounds)" | tee "$out/table.md"
+  "$([ $launches = 1 ] && echo launches || echo rounds)" "$((ranks * (hosts > 0 ? hosts : 1)))" | tee "$out/table.md"
 echo "# end $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"

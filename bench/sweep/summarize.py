@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""summarize.py SAMPLES.csv AUTO_CHOICES.txt COLL [MODE] - the sweep's table (bench/sweep/run.sh).
+"""summarize.py SAMPLES.csv AUTO_CHOICES.txt COLL [MODE [NRANKS]] - the sweep's table (bench/sweep/run.sh).
 
 SAMPLES.csv: rep,algo,bytes,us (chorus-perf's average time per call, rank 0's row). Per size:
 the median over repetitions of every contender, the fastest forced one, and auto / best, both
@@ -9,7 +9,8 @@ judges the worst size by the same-repetition ratios; MODE "rounds" (all contende
 taking turns) by the ratio of medians, since there a repetition's best of a dozen contenders,
 several of them one schedule, is the luckiest of their noisy samples. AUTO_CHOICES.txt: the
 tune log's lines "COLL of N bytes on H host(s): NAME (...)", from which the automatic row's
-choice per size is read.
+choice per size is read. The log counts a rank's block where chorus-perf's size is NRANKS blocks
+(allgather, reduce_scatter, alltoall, gather, scatter): NRANKS maps one onto the other.
 """
 
 import collections
@@ -29,6 +30,8 @@ def human(n):
 def main():
     samples_path, choices_path, coll = sys.argv[1:4]
     by_medians = len(sys.argv) > 4 and sys.argv[4] == "rounds"
+    blocked = coll in ("allgather", "reduce_scatter", "alltoall", "gather", "scatter")
+    per_size = int(sys.argv[5]) if blocked and len(sys.argv) > 5 else 1
     times = collections.defaultdict(list)  # (algo, bytes) -> [us]
     by_rep = collections.defaultdict(dict)  # (rep, bytes) -> {algo: us}
     algos = []
@@ -45,7 +48,7 @@ def main():
             for line in f:
                 m = re.match(rf"{coll} of (\d+) bytes on \d+ host\(s\): (\S+)", line.strip())
                 if m:
-                    choice[int(m.group(1))] = m.group(2)
+                    choice[int(m.group(1)) * per_size] = m.group(2)
     except OSError:
         pass
     forced = [a for a in algos if a != "auto"]

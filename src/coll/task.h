@@ -234,4 +234,10 @@ static inline size_t chorus__touched_bytes(const void* in, size_t in_bytes, cons
   return (size_t)(hi - lo);
 }
 
+/* Scratch memory of at least `bytes` for an algorithm's state (core/scratch.c), taken in its
+ * init and given back in its fini: the communicator keeps the largest block for its next calls.
+ * NULL when out of memory. Not for sub-engines started from progress. */
+void* chorus__task_scratch(chorus_task_t* t, size_t bytes);
+void chorus__task_scratch_free(chorus_task_t* t, void* block);
+
 #endif /* CHORUS_TASK_H */

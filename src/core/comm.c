@@ -286,6 +286,7 @@ void chorus__comm_free(chorus_comm_t* comm) {
   free(comm->p2p_recv_seq);
   chorus__topo_free(&comm->topo);
   chorus__engine_free_spare_reqs(comm); /* drained already, unless set-up failed */
+  chorus__scratch_release(comm);
   pthread_mutex_destroy(&comm->mu);
   pthread_cond_destroy(&comm->cv);
   pthread_cond_destroy(&comm->bg_cv);

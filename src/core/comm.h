@@ -79,6 +79,7 @@ struct chorus_comm {
   chorus_req_t* live;        /* non-blocking requests not yet freed */
   chorus_req_t* spare_reqs;  /* freed requests kept for the next calls (linked by live_next; mu) */
   size_t nspare;
+  void* scratch;             /* the largest scratch block calls freed, for the next (scratch.c; mu) */
   struct {                   /* the last selection per collective, keyed by what decides it */
     const chorus_algo_t* algo;
     uint64_t key[3];
@@ -154,6 +155,7 @@ void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
  * freed one kept by the communicator, else a new one; NULL when out of memory. mu held. */
 chorus_req_t* chorus__engine_new_req(chorus_comm_t* comm);
 void chorus__engine_free_spare_reqs(chorus_comm_t* comm);
+void chorus__scratch_release(chorus_comm_t* comm); /* frees the kept scratch block */
 /* Releases n requests of comm that have completed, under one lock (chorus_group_end). */
 void chorus__engine_release_done(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n);
 /* hold = 1: a thread is about to wait for several tasks in a row (chorus_group_end), driving

@@ -14,8 +14,10 @@
  * ranks at them). Not pipelined across the levels (each ring pipelines by chunk inside itself):
  * the inter phase is one ring over the whole blocks, and the intra one follows it.
  *
- * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2; local copies not modelled):
- *   T = (H-1) (a2 + S/b2) + the shm allgather of H S per rank (shm.h's price).
+ * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2): the L rails of a host cross its
+ * link at once (each at b2/L), and the copies (the shm allgather's, the pack and the unpack: 2 n
+ * S per rank) follow them:
+ *   T = (H-1) (a2 + L S/b2) + the shm allgather's hand-overs + the copies (hier.h's price).
  *
  * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode (HCCL's intra AG -> inter
  * AG) serves them, over a scratch of the n blocks in host order (hier.h):
@@ -150,7 +152,7 @@ static void hag_fini(chorus_task_t* t) {
   hag_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
-    if (h->scratch != (char*)h->whole.recvbuf) free(h->scratch);
+    if (h->scratch != (char*)h->whole.recvbuf) chorus__task_scratch_free(t, h->scratch);
     free(h->seg_first);
     free(h->counts);
   }
@@ -165,7 +167,7 @@ static chorus_status_t hag_leader_init(chorus_task_t* t, hag_t* h) {
   size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
   h->leader = 1;
   h->counts = calloc(2 * (size_t)topo->nhosts, sizeof(size_t));
-  h->scratch = topo->identity && bytes ? h->whole.recvbuf : malloc(bytes ? bytes : 1); /* recvbuf may be NULL at 0 */
+  h->scratch = topo->identity && bytes ? h->whole.recvbuf : chorus__task_scratch(t, bytes); /* recvbuf may be NULL at 0 */
   if (!h->counts || !h->scratch) return CHORUS_ERR_NO_MEMORY;
   h->displs = h->counts + topo->nhosts;
   chorus__hier_host_bundles(topo, h->whole.count, h->counts, h->displs);
@@ -198,7 +200,7 @@ static chorus_status_t hag_init(chorus_task_t* t) {
       st = hag_leader_init(t, h);
     } else if (st >= 0) {
       size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
-      h->scratch = malloc(bytes ? bytes : 1);
+      h->scratch = chorus__task_scratch(t, bytes);
       if (!h->scratch) st = CHORUS_ERR_NO_MEMORY;
       h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
                                      .nstages = 2,
@@ -227,8 +229,10 @@ static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double block = (double)t->args.count * (double)t->dtype_size;
   size_t slot = chorus__hier_cost_slot_bytes(t);
   if (!chorus__hier_shape_ok(t)) return hag_leader_cost_us(t, cx, block, slot);
-  return (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us) +
-         chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * block), slot), 2.0 * L * H * block);
+  double n = t->nranks, touched = 2.0 * n * block + block; /* recvbuf, scratch, sendbuf */
+  return (H - 1.0) * (cx->spread.alpha_us + L * block / cx->inter.bytes_per_us) +
+         chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * block), slot), 0.0) +
+         chorus__hier_copy_us(t, cx, 2.0 * n * block, touched);
 }
 
 const chorus_algo_t chorus__algo_hier_allgather = {

@@ -118,7 +118,7 @@ static void hrd_fini(chorus_task_t* t) {
   hrd_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->p);
-    free(h->scratch);
+    chorus__task_scratch_free(t, h->scratch);
     free(h->seg_first);
     free(h->head_ranks);
   }
@@ -153,7 +153,7 @@ static chorus_status_t hrd_init(chorus_task_t* t) {
     h->work = h->whole.recvbuf;
   } else {
     size_t bytes = h->whole.count * h->whole.elem_bytes;
-    h->scratch = malloc(bytes ? bytes : 1);
+    h->scratch = chorus__task_scratch(t, bytes);
     if (!h->scratch) {
       hrd_fini(t);
       return CHORUS_ERR_NO_MEMORY;

@@ -16,8 +16,10 @@
  * across the levels (each ring pipelines by chunk inside itself): the inter phase waits for the
  * whole intra one.
  *
- * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2; the pack copy not modelled):
- *   T = the shm reduce-scatter of n S per rank (shm.h's price) + (H-1) (a2 + S/b2).
+ * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2): the copies (the pack, the shm
+ * reduce-scatter's staging and reduction: 3 n S per rank) come first, then the L rails of a host
+ * cross its link at once (each at b2/L):
+ *   T = the shm reduce-scatter's hand-overs + the copies (hier.h's price) + (H-1) (a2 + L S/b2).
  *
  * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode serves them, with the n
  * blocks in host order (hier.h) between its steps:
@@ -136,7 +138,7 @@ static void hrs_fini(chorus_task_t* t) {
   hrs_t* h = t->state;
   if (h) {
     chorus__hier_pipe_free(&h->pipe);
-    free(h->packed);
+    chorus__task_scratch_free(t, h->packed);
     free(h->seg_first);
     free(h->counts);
   }
@@ -154,7 +156,7 @@ static chorus_status_t hrs_leader_init(chorus_task_t* t, hrs_t* h) {
   size_t sums = (leads ? n : 0) + (reorders ? n : 0), bytes = (sums + (size_t)h->at.L) * block;
   h->leader = 1;
   h->counts = calloc(2 * (size_t)topo->nhosts, sizeof(size_t));
-  h->packed = malloc(bytes ? bytes : 1);
+  h->packed = chorus__task_scratch(t, bytes);
   if (!h->counts || !h->packed) return CHORUS_ERR_NO_MEMORY;
   h->displs = h->counts + topo->nhosts;
   chorus__hier_host_bundles(topo, h->whole.count, h->counts, h->displs);
@@ -191,7 +193,7 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
     } else if (st >= 0) {
       size_t block = h->whole.count * h->whole.elem_bytes;
       size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
-      h->packed = malloc(bytes ? bytes : 1);
+      h->packed = chorus__task_scratch(t, bytes);
       if (!h->packed) st = CHORUS_ERR_NO_MEMORY;
       else h->reduced = h->shm ? h->packed + (size_t)h->at.l * (size_t)h->at.H * block : h->packed + (size_t)t->nranks * block;
       h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
@@ -220,8 +222,10 @@ static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double block = (double)t->args.count * (double)t->dtype_size;
   size_t slot = chorus__hier_cost_slot_bytes(t);
   if (!chorus__hier_shape_ok(t)) return hrs_leader_cost_us(t, cx, block, slot);
-  return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * block), slot), 3.0 * L * H * block) +
-         (H - 1.0) * (cx->inter.alpha_us + block / cx->inter.bytes_per_us);
+  double n = t->nranks, touched = (2.0 * n + H) * block; /* sendbuf, the packed scratch */
+  return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * block), slot), 0.0) +
+         chorus__hier_copy_us(t, cx, 3.0 * n * block, touched) +
+         (H - 1.0) * (cx->spread.alpha_us + L * block / cx->inter.bytes_per_us);
 }
 
 const chorus_algo_t chorus__algo_hier_reduce_scatter = {

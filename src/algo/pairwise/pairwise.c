@@ -128,7 +128,7 @@ chorus_status_t chorus__pairwise_progress(chorus_task_t* t) {
 void chorus__pairwise_fini(chorus_task_t* t) {
   pairwise_t* a = t->state;
   if (a) {
-    free(a->stash);
+    chorus__task_scratch_free(t, a->stash);
     free(a->stash_offset);
     free(a->send_xfers);
   }
@@ -173,7 +173,7 @@ chorus_status_t chorus__pairwise_init(chorus_task_t* t) {
     a->stash_offset = calloc((size_t)a->nranks, sizeof(*a->stash_offset));
     if (!a->stash_offset) goto nomem;
     size_t bytes = plan_stash(a);
-    if (bytes && !(a->stash = malloc(bytes))) goto nomem;
+    if (bytes && !(a->stash = chorus__task_scratch(t, bytes))) goto nomem;
   }
   return CHORUS_OK;
 nomem:

@@ -1,0 +1,75 @@
+/*
+ * test_select.c - the automatic choice of allgather and reduce_scatter across emulated hosts,
+ * from fixed link figures (a CHORUS_TUNE file holding what the probe read on 4 emulated hosts x
+ * 2 ranks at 2 Gbit/s), against what the sweeps of docs/sweep.md found fastest there: recursive
+ * doubling / halving for small blocks, `hier` from 16 KiB blocks, and the host-ordered ring for
+ * large ones where 8 ranks share 2 cores (hier's copies, which overlap nothing, cost more than
+ * the seventh of the crossing bytes it saves). Each call's result is checked too.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "algo/algo.h"
+#include "core/comm.h"
+#include "ranks.h"
+#include "test.h"
+
+static const int kFourByTwo[] = {0, 0, 1, 1, 2, 2, 3, 3};
+
+typedef struct {
+  size_t block; /* elements (float32) of each rank's block */
+  const char* want_ag;
+  const char* want_rs;
+} select_case_t;
+
+static const char* picked(chorus_comm_t* comm, chorus_coll_t coll) {
+  return comm->picked[coll].algo ? comm->picked[coll].algo->name : "(none)";
+}
+
+static int check_choices(chorus_comm_t* comm, int rank, void* arg) {
+  const select_case_t* c = arg;
+  const int n = 8;
+  float* in = malloc(c->block * n * sizeof(float));
+  float* out = malloc(c->block * n * sizeof(float));
+  ASSERT_TRUE(in && out);
+  for (size_t i = 0; i < c->block; i++) in[i] = (float)(rank * 1000 + (int)(i % 997));
+  ASSERT_OK(chorus_allgather(in, out, c->block, CHORUS_FLOAT32, comm));
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < c->block; i += 61) ASSERT_TRUE(out[(size_t)r * c->block + i] == (float)(r * 1000 + (int)(i % 997)));
+  for (size_t i = 0; i < c->block * n; i++) in[i] = (float)(rank + (int)(i % 13));
+  ASSERT_OK(chorus_reduce_scatter(in, out, c->block, CHORUS_FLOAT32, CHORUS_SUM, comm));
+  for (size_t i = 0; i < c->block; i += 61) ASSERT_TRUE(out[i] == (float)(28 + 8 * (int)((rank * c->block + i) % 13)));
+  test_set_context("blocks of %zu floats, %.1f ranks a core", c->block, comm->cost.machine_oversub);
+  const char* want_ag = c->want_ag, *want_rs = c->want_rs;
+  if (!want_ag) { /* large blocks: the ring where ranks share cores, hier where they have their own */
+    int crowded = comm->cost.machine_oversub >= 2.0;
+    want_ag = want_rs = crowded ? "ring" : "hier";
+  }
+  ASSERT_STR_EQ(picked(comm, CH_COLL_ALLGATHER), want_ag);
+  ASSERT_STR_EQ(picked(comm, CH_COLL_REDUCE_SCATTER), want_rs);
+  free(in);
+  free(out);
+  return 0;
+}
+
+TEST_EX(allgather_and_reduce_scatter_on_four_hosts, 120, "full") {
+  char path[] = "/tmp/chorus-select-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  const char* figures = "intra 1.0 1938\ninter 30.8 241\ninter_ring 30.8 230\n";
+  ASSERT_TRUE(write(fd, figures, strlen(figures)) == (ssize_t)strlen(figures));
+  close(fd);
+  setenv("CHORUS_TUNE", path, 1);
+  ranks_set_hosts(8, kFourByTwo);
+  const select_case_t cases[] = {
+      {2, "rd", "rhd"},          /* 8 B blocks: latency-bound, log2 n rounds */
+      {4096, "hier", "hier"},    /* 16 KiB: H - 1 crossing steps of the rails */
+      {128 * 1024, NULL, NULL},  /* 512 KiB */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) ASSERT_EQ(run_ranks(8, check_choices, (void*)&cases[i]), 0);
+  ranks_set_hosts(0, NULL);
+  unsetenv("CHORUS_TUNE");
+  unlink(path);
+}
