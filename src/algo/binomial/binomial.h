@@ -8,6 +8,8 @@
 #define CHORUS_ALGO_BINOMIAL_H
 
 #include "algo/algo.h"
+#include "algo/common.h"
+#include "algo/rd/rd.h"
 
 #define CHORUS_TREE_MAX_CHILDREN 32
 
@@ -51,5 +53,17 @@ typedef struct chorus_treduce chorus_treduce_t;
 chorus_status_t chorus__binomial_reduce_start(const chorus_sched_t* s, chorus_treduce_t** out);
 chorus_status_t chorus__binomial_reduce_step(chorus_task_t* t, chorus_treduce_t* r);
 void chorus__binomial_reduce_free(chorus_treduce_t* r);
+
+/* The registry entries' price: the root pushes the message to (broadcast) or takes it from
+ * (reduce) one child per level over its one link. Over the host-ordered ring on hosts of L = 2^j
+ * ranks (n a power of two) its j nearest children share its host: priced at the intra-host
+ * link, as rd prices its first rounds. Priced as crossing, every level put broadcasts of 16 KiB
+ * on 4 emulated hosts x 2 ranks at 3 link times where they took 2. */
+static inline double chorus__binomial_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  double levels = chorus__ceil_log2(t->nranks), bytes = (double)t->args.count * (double)t->dtype_size;
+  double inside = chorus__rd_intra_rounds(cx, t->nranks);
+  return (levels - inside) * (cx->flat.alpha_us + bytes / cx->flat.bytes_per_us) +
+         inside * (cx->intra.alpha_us + bytes / cx->intra.bytes_per_us);
+}
 
 #endif /* CHORUS_ALGO_BINOMIAL_H */

@@ -11,7 +11,8 @@
  * root has the most), N = count * elem bytes.
  *
  * Cost (alpha-beta, L = ceil(log2 n)): T = L * alpha + L * N / beta. The root pushes N to each
- * of its L children over its one link, which bounds the pipelined time; 0 for n = 1.
+ * of its L children over its one link, which bounds the pipelined time; 0 for n = 1. Children
+ * that share the root's host are priced at the intra-host link (binomial.h).
  */
 #include <stdlib.h>
 
@@ -172,9 +173,7 @@ static void binomial_broadcast_fini(chorus_task_t* t) {
 }
 
 static double binomial_broadcast_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  double levels = chorus__ceil_log2(t->nranks);
-  double bytes = (double)t->args.count * (double)t->dtype_size;
-  return levels * cx->flat.alpha_us + levels * bytes / cx->flat.bytes_per_us;
+  return chorus__binomial_cost_us(t, cx);
 }
 
 const chorus_algo_t chorus__algo_binomial_broadcast = {

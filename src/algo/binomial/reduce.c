@@ -228,9 +228,7 @@ static void binomial_reduce_fini(chorus_task_t* t) {
 }
 
 static double binomial_reduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  double levels = chorus__ceil_log2(t->nranks);
-  double bytes = (double)t->args.count * (double)t->dtype_size;
-  return levels * cx->flat.alpha_us + levels * bytes / cx->flat.bytes_per_us;
+  return chorus__binomial_cost_us(t, cx);
 }
 
 const chorus_algo_t chorus__algo_binomial_reduce = {

@@ -23,8 +23,8 @@
  * and 3(0), 3(1), ... elsewhere; inter 2(0), 2(1), ...; 2(c) waits for 1(c), 3(c) for 2(c).
  *
  * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
- *   t1 = shm broadcast of P, t2 = lg(H) (a2 + P/(L b2)), t3 = shm allgather of P (shm.h's
- *   prices), T = t1 + t2 + t3 + (C-1) max(t1, t2, t3).
+ *   t1 = shm broadcast of P, t2 = lg(H) (a2 + P/b2) (the L rails of a host share its link,
+ *   P/L each), t3 = shm allgather of P (shm.h's prices), T = t1 + t2 + t3 + (C-1) max(t1, t2, t3).
  * Hosts of unequal size have no rails: there one head per host carries the whole buffer (the
  * root on its host, the host's leader elsewhere, core/topo.h): 2. binomial broadcast of chunk c
  * among the heads from the root's host, 3. broadcast of chunk c from the head over its host
@@ -179,7 +179,7 @@ static double hbc_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
     return across + spread + (chunks - 1.0) * (across > spread ? across : spread);
   }
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
-  double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
+  double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / cx->inter.bytes_per_us);
   double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);
   double slowest = t1 > t2 ? t1 : t2;
   if (t3 > slowest) slowest = t3;

@@ -23,7 +23,8 @@
  * 2(c).
  *
  * Cost (alpha-beta, C chunks of P = N/C bytes, intra a1/b1, inter a2/b2, lg = ceil(log2)):
- *   t1, t3 = shm reduce-scatter and allgather of P (shm.h's prices), t2 = lg(H) (a2 + P/(L b2)),
+ *   t1, t3 = shm reduce-scatter and allgather of P (shm.h's prices), t2 = lg(H) (a2 + P/b2) (the
+ *   L rails of a host share its link, P/L each),
  *   T = t1 + t2 + t3 + (C-1) max(t1 + t3, t2)   (the root's host runs both intra phases).
  * Hosts of unequal size have no rails: there one head per host carries the whole buffer (the
  * root on its host, the host's leader elsewhere, hier.h): 1. reduce of chunk c to the head over
@@ -192,7 +193,7 @@ static double hrd_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   }
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
   double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);
-  double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / L / cx->inter.bytes_per_us);
+  double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / cx->inter.bytes_per_us);
   double slowest = t1 + t3 > t2 ? t1 + t3 : t2;
   return t1 + t2 + t3 + (chunks - 1.0) * slowest;
 }
