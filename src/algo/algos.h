@@ -19,6 +19,7 @@ extern const chorus_algo_t chorus__algo_ring_reduce_scatter;
 extern const chorus_algo_t chorus__algo_rhd_allreduce;
 extern const chorus_algo_t chorus__algo_rhd_reduce_scatter;
 extern const chorus_algo_t chorus__algo_chain_broadcast;
+extern const chorus_algo_t chorus__algo_chain_reduce;
 extern const chorus_algo_t chorus__algo_sag_broadcast;
 extern const chorus_algo_t chorus__algo_dbtree_allreduce;
 extern const chorus_algo_t chorus__algo_binomial_broadcast;

@@ -3,6 +3,8 @@
  * (members, not ranks), rooted anywhere by relabelling: vrank = (member - root) mod n. The parent of vrank v > 0 is v minus its
  * lowest set bit; its children are v + m for every power of two m below that bit (all powers
  * below n for the root), largest subtree first, so a pipeline feeds the deepest branch first.
+ * The reduce engine also runs over a chain (the chain reduce, algo/chain/reduce.c): the same
+ * pipeline with one child per member.
  */
 #ifndef CHORUS_ALGO_BINOMIAL_H
 #define CHORUS_ALGO_BINOMIAL_H
@@ -23,9 +25,9 @@ typedef struct {
   int parent; /* member index; -1 at the root */
   int nchildren;
   int children[CHORUS_TREE_MAX_CHILDREN]; /* member indexes, largest subtree first */
-} chorus_binomial_t;
+} chorus_tree_t;
 
-static inline void chorus__binomial_init(chorus_binomial_t* b, int rank, int nranks, int root) {
+static inline void chorus__binomial_init(chorus_tree_t* b, int rank, int nranks, int root) {
   long n = nranks, v = chorus__mod(rank - root, nranks);
   long mask = 1;
   b->vrank = (int)v;
@@ -42,6 +44,15 @@ static inline void chorus__binomial_init(chorus_binomial_t* b, int rank, int nra
     if (v + mask < n) b->children[b->nchildren++] = (int)((v + mask + root) % n);
 }
 
+/* A chain towards the root: vrank v's parent is v - 1, its child v + 1 (none for the last). */
+static inline void chorus__chain_tree_init(chorus_tree_t* b, int rank, int nranks, int root) {
+  int v = (int)chorus__mod(rank - root, nranks);
+  b->vrank = v;
+  b->parent = v > 0 ? (rank + nranks - 1) % nranks : -1;
+  b->nchildren = v + 1 < nranks ? 1 : 0;
+  b->children[0] = (rank + 1) % nranks;
+}
+
 /* The engines, over any group (chorus_sched_t): start, step until OK (or < 0), free
  * (NULL-safe). Broadcast sends the root's sendbuf into every member's recvbuf; reduce leaves
  * the reduction of every member's sendbuf in the root's recvbuf. */
@@ -51,6 +62,9 @@ chorus_status_t chorus__binomial_bcast_step(chorus_task_t* t, chorus_bcast_t* b)
 void chorus__binomial_bcast_free(chorus_bcast_t* b);
 typedef struct chorus_treduce chorus_treduce_t;
 chorus_status_t chorus__binomial_reduce_start(const chorus_sched_t* s, chorus_treduce_t** out);
+/* The reduce engine over another tree shape (tree: this member's place in it). */
+chorus_status_t chorus__tree_reduce_start(const chorus_sched_t* s, const chorus_tree_t* tree, chorus_treduce_t** out);
+size_t chorus__tree_reduce_chunks_done(const chorus_treduce_t* r); /* the root's reduced, the others' sent */
 chorus_status_t chorus__binomial_reduce_step(chorus_task_t* t, chorus_treduce_t* r);
 void chorus__binomial_reduce_free(chorus_treduce_t* r);
 

@@ -22,7 +22,7 @@
 
 struct chorus_bcast {
   chorus_sched_t s;
-  chorus_binomial_t tree;
+  chorus_tree_t tree;
   int is_root;
   const char* src; /* what this rank forwards: the root's sendbuf, elsewhere recvbuf */
   char* recvbuf;

@@ -22,7 +22,7 @@
 
 struct chorus_treduce {
   chorus_sched_t s;
-  chorus_binomial_t tree;
+  chorus_tree_t tree;
   int is_root, nranks;
   chorus_dtype_t dtype;
   chorus_op_t op;
@@ -165,6 +165,8 @@ static chorus_status_t alloc_buffers(treduce_t* r) {
   return CHORUS_OK;
 }
 
+size_t chorus__tree_reduce_chunks_done(const treduce_t* r) { return r->is_root ? r->reduced : r->sends_done; }
+
 void chorus__binomial_reduce_free(treduce_t* r) {
   if (r) {
     free(r->recv_slots);
@@ -174,13 +176,19 @@ void chorus__binomial_reduce_free(treduce_t* r) {
 }
 
 chorus_status_t chorus__binomial_reduce_start(const chorus_sched_t* s, treduce_t** out) {
+  chorus_tree_t tree;
+  chorus__binomial_init(&tree, s->group.me, s->group.size, s->root);
+  return chorus__tree_reduce_start(s, &tree, out);
+}
+
+chorus_status_t chorus__tree_reduce_start(const chorus_sched_t* s, const chorus_tree_t* tree, treduce_t** out) {
   *out = NULL;
   chorus_reduce_fn fn = chorus__algo_reduce_fn(s->dtype, s->op);
   if (!fn) return CHORUS_ERR_NOT_SUPPORTED;
   treduce_t* r = calloc(1, sizeof(*r));
   if (!r) return CHORUS_ERR_NO_MEMORY;
   r->s = *s;
-  chorus__binomial_init(&r->tree, s->group.me, s->group.size, s->root);
+  r->tree = *tree;
   r->is_root = s->group.me == s->root;
   r->nranks = s->group.size;
   r->dtype = s->dtype;
@@ -218,7 +226,7 @@ static chorus_status_t binomial_reduce_init(chorus_task_t* t) {
 static chorus_status_t binomial_reduce_progress(chorus_task_t* t) {
   treduce_t* r = t->state;
   chorus_status_t st = chorus__binomial_reduce_step(t, r);
-  t->step = r->is_root ? r->reduced : r->sends_done;
+  t->step = chorus__tree_reduce_chunks_done(r);
   return st;
 }
 

@@ -9,21 +9,7 @@
  * chunk index. Bytes per rank: N received (non-root), N sent (all but the last), N = count *
  * elem bytes: every link carries N exactly once.
  *
- * The registry entry cuts a message into at least CHAIN_MIN_CHUNKS chunks (of at most the
- * pipelining unit, at least CHAIN_MIN_CHUNK_BYTES): every hop forwards a chunk only once it is
- * whole, so one chunk of the whole message would cross every link one after another.
- *
- * Cost (alpha-beta, C chunks of size S = N / C, X hops between hosts, the other n-1-X inside
- * them): a start-up per hop, then the slowest link carries the message once, the start-ups of
- * the window's chunks in flight overlapping its transfers:
- *   T = X a2 + (n-1-X) a1 + N/b2 + (C-1) a2/W; 0 for n = 1.
- * No hop waits for another's transfer in a run of calls: each hop forwards a chunk as soon as
- * it is whole and a rank returns once it has sent its own, so consecutive calls overlap along
- * the chain and what a call adds is the time its busiest link is busy (on 4 emulated hosts x 2
- * ranks at 2 Gbit/s: 16 KiB in 70 us, 64 KiB in 285, 1 MiB in 4.4 ms, a link time each; the
- * binomial tree's root link carries it twice, 136 us, 546, 8.7 ms). Priced hop after hop, with
- * every hop crossing hosts and one chunk of up to 256 KiB, 4 KiB - 64 MiB went to hier's tree
- * at 1.4-2.0x the chain's time.
+ * The registry entry cuts a message into chunks, and is priced, as chain.h says.
  */
 #include <stdlib.h>
 
@@ -113,20 +99,10 @@ void chorus__chain_bcast_free(chain_t* c) { free(c); }
 
 /* ---- the registry entry: the whole communicator on its host-ordered ring ---- */
 
-#define CHAIN_MIN_CHUNKS 8u
-#define CHAIN_MIN_CHUNK_BYTES 16384u
-
-/* The chunk of a message of `bytes` whose pipelining unit is `unit` bytes. */
-static size_t chain_chunk_bytes(size_t bytes, size_t unit) {
-  size_t chunk = bytes / CHAIN_MIN_CHUNKS;
-  if (chunk < CHAIN_MIN_CHUNK_BYTES) chunk = CHAIN_MIN_CHUNK_BYTES;
-  return chunk < unit ? chunk : unit;
-}
-
 static chorus_status_t chain_broadcast_init(chorus_task_t* t) {
   chorus_sched_t s;
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
-  s.chunk_bytes = chain_chunk_bytes(s.count * s.elem_bytes, s.chunk_bytes);
+  s.chunk_bytes = chorus__chain_chunk_bytes(s.count * s.elem_bytes, s.chunk_bytes);
   chain_t* c = NULL;
   chorus_status_t st = chorus__chain_bcast_start(&s, &c);
   t->state = c;
@@ -145,14 +121,7 @@ static void chain_broadcast_fini(chorus_task_t* t) {
 }
 
 static double chain_broadcast_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  if (t->nranks <= 1) return 0.0;
-  size_t nbytes = t->args.count * t->dtype_size;
-  double bytes = (double)nbytes, chunk = (double)chain_chunk_bytes(nbytes, t->chunk_bytes);
-  double chunks = bytes > chunk ? bytes / chunk : 1.0;
-  double crossing = cx->nhosts > 1 ? cx->nhosts - 1.0 : 0.0, inside = t->nranks - 1.0 - crossing;
-  const chorus_link_model_t* slow = cx->nhosts > 1 ? &cx->flat : &cx->intra;
-  return crossing * cx->flat.alpha_us + inside * cx->intra.alpha_us + bytes / slow->bytes_per_us +
-         (chunks - 1.0) * slow->alpha_us / CHORUS_CHAIN_WINDOW;
+  return chorus__chain_cost_us(t, cx);
 }
 
 const chorus_algo_t chorus__algo_chain_broadcast = {

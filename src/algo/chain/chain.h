@@ -1,11 +1,14 @@
 /*
  * chain.h - the pipelined chain broadcast engine over any group: root -> root+1 -> ... ->
- * root-1 (member indexes mod n), chunk by chunk.
+ * root-1 (member indexes mod n), chunk by chunk; and what the chain broadcast and the chain
+ * reduce (the tree reduce engine of binomial.h over a chain, the other way) share: how they
+ * cut a message and their price.
  */
 #ifndef CHORUS_ALGO_CHAIN_H
 #define CHORUS_ALGO_CHAIN_H
 
 #include "algo/algo.h"
+#include "algo/common.h"
 
 /* Chunks in flight on each link (receives posted ahead, sends not yet done). */
 #ifndef CHORUS_CHAIN_WINDOW
@@ -19,5 +22,37 @@ chorus_status_t chorus__chain_bcast_start(const chorus_sched_t* s, chorus_chain_
 chorus_status_t chorus__chain_bcast_step(chorus_task_t* t, chorus_chain_t* c);
 size_t chorus__chain_bcast_chunks_done(const chorus_chain_t* c);
 void chorus__chain_bcast_free(chorus_chain_t* c);
+
+/* The chunk of a message of `bytes` whose pipelining unit is `unit` bytes: at least 8 chunks
+ * of at least 16 KiB. Every hop forwards a chunk only once it is whole, so one chunk of the whole
+ * message would cross the links one after another; chunks of 4 KiB made a 16 KiB broadcast on 4
+ * emulated hosts x 2 ranks take 138 us where one chunk took 70 (8 ranks on 2 cores: every
+ * message costs its ranks a turn on a core). */
+static inline size_t chorus__chain_chunk_bytes(size_t bytes, size_t unit) {
+  size_t chunk = bytes / 8u;
+  if (chunk < 16384u) chunk = 16384u;
+  return chunk < unit ? chunk : unit;
+}
+
+/* Cost (alpha-beta, C chunks, X hops between hosts, the other n-1-X inside them): a start-up
+ * per hop, then the slowest link carries the message once, the start-ups of the window's chunks
+ * in flight overlapping its transfers: T = X a2 + (n-1-X) a1 + N/b2 + (C-1) a2/W; 0 for n = 1.
+ * No hop waits for another's transfer in a run of calls: each forwards a chunk as soon as it is
+ * whole and a rank returns once it has sent its own, so consecutive calls overlap along the
+ * chain and what a call adds is the time its busiest link is busy (broadcast on 4 emulated hosts
+ * x 2 ranks at 2 Gbit/s: 16 KiB in 70 us, 64 KiB in 285, 1 MiB in 4.4 ms, a link time each; a
+ * binomial tree's root link carries it twice: 136 us, 546, 8.7 ms). Priced hop after hop, with
+ * every hop crossing hosts and one chunk of up to 256 KiB, broadcasts of 4 KiB - 64 MiB went to
+ * hier's tree at 1.4-2.0x the chain's time. */
+static inline double chorus__chain_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  if (t->nranks <= 1) return 0.0;
+  size_t nbytes = t->args.count * t->dtype_size;
+  double bytes = (double)nbytes, chunk = (double)chorus__chain_chunk_bytes(nbytes, t->chunk_bytes);
+  double chunks = bytes > chunk ? bytes / chunk : 1.0;
+  double crossing = cx->nhosts > 1 ? cx->nhosts - 1.0 : 0.0, inside = t->nranks - 1.0 - crossing;
+  const chorus_link_model_t* slow = cx->nhosts > 1 ? &cx->flat : &cx->intra;
+  return crossing * cx->flat.alpha_us + inside * cx->intra.alpha_us + bytes / slow->bytes_per_us +
+         (chunks - 1.0) * slow->alpha_us / CHORUS_CHAIN_WINDOW;
+}
 
 #endif /* CHORUS_ALGO_CHAIN_H */
