@@ -21,6 +21,11 @@
 #                   schedule spread 130-260 us at 16 KiB (9 rounds: medians of auto and its own
 #                   path 14% apart; 41 rounds: 4%)
 #   --launches      a job per contender and repetition instead of one per size band
+#   --isolated      a barrier after every timed call, outside its time (chorus-perf -B 1): each
+#                   call alone. For broadcast and reduce back to back, ranks that finished
+#                   their part run ahead into the next call, which favours schedules that let
+#                   them (on one host, 4 ranks: a 16 B broadcast's chain 1.0 us a call back to
+#                   back, 3.6 alone; the shared-memory one 2.9 and 1.5)
 #   --min BYTES     smallest size [8]
 #   --max BYTES     largest size [64M]
 #   --factor F      size step [8]
@@ -42,7 +47,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CHORUS_SWEEP_BUILD_DIR:-$REPO/build}
 
 coll=allreduce ranks=2 hosts=0 rate=2gbit numbering=host reps=3 min=8 max=64M factor=8 algos=""
-out=/tmp/chorus-sweep run_timeout=600 launches=0 small_reps=""
+out=/tmp/chorus-sweep run_timeout=600 launches=0 small_reps="" isolated=0
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -56,6 +61,7 @@ while [ $# -gt 0 ]; do
     --numbering) numbering=${2:?}; shift ;;
     --reps) reps=${2:?}; shift ;;
     --launches) launches=1 ;;
+    --isolated) isolated=1 ;;
     --small-reps) small_reps=${2:?}; shift ;;
     --min) min=${2:?}; shift ;;
     --max) max=${2:?}; shift ;;
@@ -113,7 +119,7 @@ run_perf() {
   local aopt=()
   [ "$algo" = auto ] || aopt=(-a "$algo")
   if [ "${1:-}" = -k ]; then aopt+=(-k "$2"); shift 2; fi
-  local perf=("$BUILD/chorus-perf" "$coll" -b "$b" -e "$e" -f "$factor" -n "$n" -w "$w" -c 0 "${aopt[@]}")
+  local perf=("$BUILD/chorus-perf" "$coll" -b "$b" -e "$e" -f "$factor" -n "$n" -w "$w" -c 0 -B "$isolated" "${aopt[@]}")
   if [ "$hosts" -gt 0 ]; then
     local xs=()
     for kv in "$@"; do xs+=(--run-opt -x --run-opt "$kv"); done
@@ -128,7 +134,7 @@ run_perf() {
   timeout -k 5 "$run_timeout" "$BUILD/chorus-run" -n "$ranks" "${xs[@]}" "${perf[@]}" >"$log" 2>&1
 }
 
-echo "# sweep of $coll, $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks ranks, links $rate, numbering $numbering" ||
+echo "# sweep of $coll$([ $isolated = 1 ] && echo " (each call alone: a barrier after each)"), $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks ranks, links $rate, numbering $numbering" ||
   echo "$ranks ranks on one host"), $reps repetitions ($([ $launches = 1 ] && echo "a launch each" ||
   echo "rounds in one job per size band, ${small_reps:-$((4 * reps))} up to 256 KiB")); contenders: auto $algos"
 echo "# start $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"

@@ -4,7 +4,7 @@
  * it to the next call that fits in it, until the communicator is destroyed. Training repeats
  * the same calls, and a fresh malloc above glibc's mmap threshold (32 MiB at most) maps new
  * pages on every call, which the kernel faults in and zeroes: a 64 MiB hier allgather on 4
- * emulated hosts x 2 ranks took 393 ms a call that way and 287 with its scratch reused.
+ * emulated hosts x 2 ranks took 393 ms a call that way and 280 with its scratch reused.
  * Algorithms take and give scratch only from init and fini, which run under comm->mu
  * (coll/api.c, core/progress.c): the lock that guards the kept block.
  */

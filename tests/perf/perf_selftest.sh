@@ -4,7 +4,8 @@
 # element per checked row, exit 1); a failed call (a forced algorithm that does not exist) makes
 # it exit non-zero naming the status; -J writes valid JSON with one object per row; -a A,B,...
 # with -k times several algorithms in one job, leaves out the one that cannot serve a call, and
-# checks every contender's results.
+# checks every contender's results; -B 1 (a barrier after every timed call) says so in the
+# header and the JSON and checks its results like any run.
 set -u
 RUN=${1:?usage: perf_selftest.sh CHORUS_RUN CHORUS_PERF}
 PERF=${2:?missing CHORUS_PERF}
@@ -36,6 +37,7 @@ expect_usage_error '-n needs >= 1' allreduce -n 0
 expect_usage_error '-c needs 0 or 1' allreduce -c 2
 expect_usage_error '-z needs 0 or 1' allreduce -z x
 expect_usage_error '-p needs 0 or 1' allreduce -p 3
+expect_usage_error '-B needs 0 or 1' allreduce -B 2
 expect_usage_error 'unknown dtype' allreduce -d float128
 expect_usage_error 'unknown op' allreduce -o xor
 expect_usage_error '-a needs a single collective' all -a ring
@@ -45,7 +47,7 @@ expect_usage_error 'empty algorithm name in -a' allreduce -a ring,,rd
 expect_usage_error 'algorithm named twice in -a' allreduce -a ring,rd,ring
 expect_usage_error '-k needs 1..1000' allreduce -k 0
 expect_usage_error '-R 1 takes a single -a algorithm' allreduce -a ring,rd -R 1
-ok "bad flags: clear messages, exit 2 (21 cases)"
+ok "bad flags: clear messages, exit 2 (22 cases)"
 
 timeout 10 "$PERF" -h >"$TMP/out" 2>&1 || fail "-h: exit $?"
 grep -q '^usage: chorus-perf COLLECTIVE' "$TMP/out" || fail "-h: no usage text"
@@ -126,4 +128,12 @@ else
   grep -q '"rows": \[' "$TMP/perf.json" || fail "-J: no rows array"
   ok "-J writes a rows array (no python3 here to parse it)"
 fi
+# -B 1: each timed call alone; results checked, the mode in the header and the JSON.
+run_job -n 3 "$PERF" broadcast -B 1 -r 1 -b 8 -e 4K -f 8 -n 5 -w 1 -J "$TMP/iso.json" >"$TMP/out" 2>"$TMP/err" ||
+  fail "-B 1 run: exit $? ($(cat "$TMP/err"))"
+grep -q '| a barrier after each call' "$TMP/out" || fail "-B 1: the header does not say so: $(grep '^# nranks' "$TMP/out")"
+[ "$(awk '$1 ~ /^[0-9]+$/ && $9 == 0' "$TMP/out" | wc -l)" = 4 ] || fail "-B 1: expected 4 checked rows: $(cat "$TMP/out")"
+grep -q '"isolated": 1' "$TMP/iso.json" || fail "-B 1: the JSON parameters lack \"isolated\": 1"
+ok "-B 1 times each call alone, checked, and says so"
+
 echo "perf_selftest: $NCHECKS passed, 0 failed"

@@ -263,8 +263,8 @@ static void json_open(perf_ctx_t* ctx, int argc, char** argv) {
           ctx->nranks, o->min_bytes, o->max_bytes, o->step_bytes ? 0 : o->step_factor);
   fprintf(f, "\"step_bytes\": %zu, \"iters\": %d, \"warmup\": %d, \"check\": %d, ", o->step_bytes,
           o->iters, o->warmup, o->check);
-  fprintf(f, "\"inplace\": %d, \"nonblocking\": %d, \"root\": %d, ", o->inplace, o->nonblocking,
-          o->root);
+  fprintf(f, "\"inplace\": %d, \"nonblocking\": %d, \"isolated\": %d, \"root\": %d, ", o->inplace,
+          o->nonblocking, o->isolated, o->root);
   json_string(f, "dtype", o->dtype_all ? "all" : chorus_dtype_name(o->dtype), ", ");
   json_string(f, "op", o->op_all ? "all" : chorus_op_name(o->op), ", ");
   json_string(f, "CHORUS_ALGO", algo_env ? algo_env : "", ", ");
@@ -304,11 +304,11 @@ static void print_header(const perf_ctx_t* ctx, perf_coll_t coll) {
   const perf_opts_t* o = &ctx->opts;
   char algo[128];
   printf("#\n# collective: %s\n", coll_info[coll].name);
-  printf("# nranks %d | dtype %s | op %s | root %d | iters %d | warmup %d | check %d | %s | %s\n",
+  printf("# nranks %d | dtype %s | op %s | root %d | iters %d | warmup %d | check %d | %s | %s%s\n",
          ctx->nranks, o->dtype_all ? "all" : chorus_dtype_name(o->dtype),
          coll_info[coll].reduces ? (o->op_all ? "all" : chorus_op_name(o->op)) : "none", o->root,
          o->iters, o->warmup, o->check, o->inplace ? "in place" : "out of place",
-         o->nonblocking ? "non-blocking" : "blocking");
+         o->nonblocking ? "non-blocking" : "blocking", o->isolated ? " | a barrier after each call" : "");
   chorus_compression_opts_t zip = {CHORUS_COMPRESSION_NONE, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
   chorus_comm_get_compression(ctx->comm, &zip);
   size_t min_bytes = 0;
@@ -375,16 +375,25 @@ static chorus_status_t check_row(perf_ctx_t* ctx, chorus_comm_t* comm, const per
   return chorus_allreduce(&local_wrong, wrong, 1, CHORUS_UINT64, CHORUS_SUM, comm);
 }
 
-/* Times warmup + iters calls; *time_us gets the average per call, maximum over ranks. */
+/* Times warmup + iters calls; *time_us gets the average per call, maximum over ranks. With -B
+ * every call is followed by a barrier that is not timed, so each call starts with every rank
+ * ready and no rank overlaps it with the next one. */
 static chorus_status_t time_row(perf_ctx_t* ctx, chorus_comm_t* comm, const perf_call_t* c,
                                 double* time_us) {
   chorus_status_t st = CHORUS_OK;
   int nonblocking = ctx->opts.nonblocking;
   for (int i = 0; i < ctx->opts.warmup && st >= 0; i++) st = run_call(c, comm, nonblocking);
   if (st >= 0) st = chorus_barrier(comm);
-  double start_us = now_us();
-  for (int i = 0; i < ctx->opts.iters && st >= 0; i++) st = run_call(c, comm, nonblocking);
-  double local_us = (now_us() - start_us) / ctx->opts.iters;
+  double local_us = 0.0, start_us = now_us();
+  for (int i = 0; i < ctx->opts.iters && st >= 0; i++) {
+    st = run_call(c, comm, nonblocking);
+    if (!ctx->opts.isolated || st < 0) continue;
+    local_us += now_us() - start_us;
+    st = chorus_barrier(comm);
+    start_us = now_us();
+  }
+  if (!ctx->opts.isolated) local_us = now_us() - start_us;
+  local_us /= ctx->opts.iters;
   if (st < 0) return st;
   return chorus_allreduce(&local_us, time_us, 1, CHORUS_FLOAT64, CHORUS_MAX, comm);
 }
