@@ -34,25 +34,26 @@ static inline size_t chorus__chain_chunk_bytes(size_t bytes, size_t unit) {
   return chunk < unit ? chunk : unit;
 }
 
-/* Cost (alpha-beta, C chunks, X hops between hosts, the other n-1-X inside them): a start-up
- * per hop, then the slowest link carries the message once, the start-ups of the window's chunks
- * in flight overlapping its transfers: T = X a2 + (n-1-X) a1 + N/b2 + (C-1) a2/W; 0 for n = 1.
- * No hop waits for another's transfer in a run of calls: each forwards a chunk as soon as it is
- * whole and a rank returns once it has sent its own, so consecutive calls overlap along the
- * chain and what a call adds is the time its busiest link is busy (broadcast on 4 emulated hosts
- * x 2 ranks at 2 Gbit/s: 16 KiB in 70 us, 64 KiB in 285, 1 MiB in 4.4 ms, a link time each; a
- * binomial tree's root link carries it twice: 136 us, 546, 8.7 ms). Priced hop after hop, with
- * every hop crossing hosts and one chunk of up to 256 KiB, broadcasts of 4 KiB - 64 MiB went to
- * hier's tree at 1.4-2.0x the chain's time. */
+/* Cost of one call (alpha-beta, C chunks of S bytes, X hops between hosts, the other n-1-X
+ * inside them): the first chunk through every hop, then C - 1 more over the slowest link, the
+ * start-ups of the window's chunks in flight overlapping its transfers:
+ *   T = X (a2 + S/b2) + (n-1-X) (a1 + S/b1) + (C-1) (a2/W + S/b2); 0 for n = 1.
+ * Priced with every hop crossing hosts and one chunk of up to 256 KiB, broadcasts of 64 KiB -
+ * 64 MiB on 4 emulated hosts x 2 ranks went to hier's trees at 1.9-2.0x the chain's time. Calls
+ * back to back cost a chain less than this (its hops overlap from call to call: 16 KiB in 70 us
+ * against 200 alone), but the price is of a call alone, as the binomial tree's and hier's are:
+ * priced as a run (one pass of the busiest link), the chain took 12 KiB broadcasts on hosts of
+ * 1+2+3 ranks at 138 us alone where hier took 43. */
 static inline double chorus__chain_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (t->nranks <= 1) return 0.0;
   size_t nbytes = t->args.count * t->dtype_size;
   double bytes = (double)nbytes, chunk = (double)chorus__chain_chunk_bytes(nbytes, t->chunk_bytes);
-  double chunks = bytes > chunk ? bytes / chunk : 1.0;
+  double chunks = bytes > chunk ? bytes / chunk : 1.0, piece = bytes / chunks;
   double crossing = cx->nhosts > 1 ? cx->nhosts - 1.0 : 0.0, inside = t->nranks - 1.0 - crossing;
   const chorus_link_model_t* slow = cx->nhosts > 1 ? &cx->flat : &cx->intra;
-  return crossing * cx->flat.alpha_us + inside * cx->intra.alpha_us + bytes / slow->bytes_per_us +
-         (chunks - 1.0) * slow->alpha_us / CHORUS_CHAIN_WINDOW;
+  return crossing * (cx->flat.alpha_us + piece / cx->flat.bytes_per_us) +
+         inside * (cx->intra.alpha_us + piece / cx->intra.bytes_per_us) +
+         (chunks - 1.0) * (slow->alpha_us / CHORUS_CHAIN_WINDOW + piece / slow->bytes_per_us);
 }
 
 #endif /* CHORUS_ALGO_CHAIN_H */
