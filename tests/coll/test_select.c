@@ -66,7 +66,7 @@ TEST_EX(allgather_and_reduce_scatter_on_four_hosts, 120, "full") {
   const select_case_t cases[] = {
       {2, "rd", "rhd"},          /* 8 B blocks: latency-bound, log2 n rounds */
       {4096, "hier", "hier"},    /* 16 KiB: H - 1 crossing steps of the rails */
-      {128 * 1024, NULL, NULL},  /* 512 KiB */
+      {512 * 1024, NULL, NULL},  /* 2 MiB: past the caches (hier.h), where hier's copies cost most */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) ASSERT_EQ(run_ranks(8, check_choices, (void*)&cases[i]), 0);
   ranks_set_hosts(0, NULL);

@@ -17,7 +17,8 @@
  * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2): the L rails of a host cross its
  * link at once (each at b2/L), and the copies (the shm allgather's, the pack and the unpack: 2 n
  * S per rank) follow them:
- *   T = (H-1) (a2 + L S/b2) + the shm allgather's hand-overs + the copies (hier.h's price).
+ *   T = (H-1) (a2' + L S/b2) + the shm allgather's hand-overs + the copies (hier.h's price),
+ * a2' the alpha of messages that leave at once (cx->spread: the rails start together).
  *
  * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode (HCCL's intra AG -> inter
  * AG) serves them, over a scratch of the n blocks in host order (hier.h):

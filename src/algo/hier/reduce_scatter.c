@@ -19,7 +19,8 @@
  * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2): the copies (the pack, the shm
  * reduce-scatter's staging and reduction: 3 n S per rank) come first, then the L rails of a host
  * cross its link at once (each at b2/L):
- *   T = the shm reduce-scatter's hand-overs + the copies (hier.h's price) + (H-1) (a2 + L S/b2).
+ *   T = the shm reduce-scatter's hand-overs + the copies (hier.h's price) + (H-1) (a2' + L S/b2),
+ * a2' the alpha of messages that leave at once (cx->spread: the rails start together).
  *
  * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode serves them, with the n
  * blocks in host order (hier.h) between its steps:
