@@ -138,6 +138,13 @@ static inline size_t chorus__chunk_elems(const chorus_task_t* t) {
 
 static inline size_t chorus__div_up(size_t a, size_t b) { return a / b + (a % b != 0); }
 
+/* Whether the call's root is the first rank of its host: trees and chains rooted there over the
+ * host-ordered ring keep their nearest members inside the root's host. */
+static inline int chorus__root_first_on_host(const chorus_task_t* t) {
+  int root = t->args.root;
+  return root >= 0 && root < t->nranks && t->topo->local_of[root] == 0;
+}
+
 /* ---- a fused group operation's members where they are (task.segs, sched.segs) ---- */
 
 /* The member of segs[0..nsegs) that holds element e of the fused vector. */

@@ -75,8 +75,7 @@ void chorus__binomial_reduce_free(chorus_treduce_t* r);
  * level put broadcasts of 16 KiB on 4 emulated hosts x 2 ranks at 3 link times where they took 2. */
 static inline double chorus__binomial_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double levels = chorus__ceil_log2(t->nranks), bytes = (double)t->args.count * (double)t->dtype_size;
-  int root = t->args.root, root_first = root >= 0 && root < t->nranks && t->topo->local_of[root] == 0;
-  double inside = root_first ? chorus__rd_intra_rounds(cx, t->nranks) : 0;
+  double inside = chorus__root_first_on_host(t) ? chorus__rd_intra_rounds(cx, t->nranks) : 0;
   return (levels - inside) * (cx->flat.alpha_us + bytes / cx->flat.bytes_per_us) +
          inside * (cx->intra.alpha_us + bytes / cx->intra.bytes_per_us);
 }

@@ -50,8 +50,7 @@ static inline double chorus__chain_cost_us(const chorus_task_t* t, const chorus_
   double bytes = (double)nbytes, chunk = (double)chorus__chain_chunk_bytes(nbytes, t->chunk_bytes);
   double chunks = bytes > chunk ? bytes / chunk : 1.0, piece = bytes / chunks;
   /* From a root that is not first on its host the chain ends back on it: one more crossing. */
-  int root = t->args.root, root_first = root >= 0 && root < t->nranks && t->topo->local_of[root] == 0;
-  double crossing = cx->nhosts > 1 ? cx->nhosts - (root_first ? 1.0 : 0.0) : 0.0;
+  double crossing = cx->nhosts > 1 ? cx->nhosts - (chorus__root_first_on_host(t) ? 1.0 : 0.0) : 0.0;
   double inside = t->nranks - 1.0 - crossing;
   const chorus_link_model_t* slow = cx->nhosts > 1 ? &cx->flat : &cx->intra;
   return crossing * (cx->flat.alpha_us + piece / cx->flat.bytes_per_us) +

@@ -233,7 +233,7 @@ static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double n = t->nranks, touched = 2.0 * n * block + block; /* recvbuf, scratch, sendbuf */
   return (H - 1.0) * (cx->spread.alpha_us + L * block / cx->inter.bytes_per_us) +
          chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * block), slot), 0.0) +
-         chorus__hier_copy_us(t, cx, 2.0 * n * block, touched);
+         chorus__hier_copy_us(cx, 2.0 * n * block, touched);
 }
 
 const chorus_algo_t chorus__algo_hier_allgather = {

@@ -225,7 +225,7 @@ static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return hrs_leader_cost_us(t, cx, block, slot);
   double n = t->nranks, touched = (2.0 * n + H) * block; /* sendbuf, the packed scratch */
   return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * block), slot), 0.0) +
-         chorus__hier_copy_us(t, cx, 3.0 * n * block, touched) +
+         chorus__hier_copy_us(cx, 3.0 * n * block, touched) +
          (H - 1.0) * (cx->spread.alpha_us + L * block / cx->inter.bytes_per_us);
 }
 
