@@ -60,21 +60,6 @@ static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus__shm_zc_reduce_slice(t, s, src, (char*)t->args.recvbuf + off * es, dst, len);
 }
 
-/* dst = a op b (and avg's division), for an output too large to stay cached: combined 16 KiB at
- * a time into a buffer that stays in the L1 cache, then streamed out (reduce/copy.c), so no line
- * of dst is read before it is written. */
-static void combine_two_streaming(chorus_task_t* t, chorus_shm_op_t* s, char* dst, const char* a, const char* b,
-                                  size_t m) {
-  _Alignas(64) char scratch[16384];
-  size_t es = t->dtype_size, per = sizeof(scratch) / es;
-  for (size_t i = 0; i < m; i += per) {
-    size_t n = m - i < per ? m - i : per;
-    s->reduce(scratch, a + i * es, b + i * es, n);
-    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(scratch, n, t->args.dtype, t->nranks);
-    chorus__copy_streaming(dst + i * es, scratch, n * es);
-  }
-}
-
 /* One phase, chunk by chunk: every rank copies its chunk into its slot, then combines the
  * whole chunk from every rank's input, in rank order, straight into its receive buffer (ranks 0
  * and 1 read their own input from the send buffer: the same bits as their slot). The same operations
@@ -87,8 +72,8 @@ static void combine_two_streaming(chorus_task_t* t, chorus_shm_op_t* s, char* ds
  * element `at` of chunk `which`. */
 static void combine_all(chorus_task_t* t, chorus_shm_op_t* s, char* dst, const char* in0, const char* in1, int which,
                         size_t at, size_t m) {
-  if (s->stream_out && t->nranks == 2) {
-    combine_two_streaming(t, s, dst, in0, in1, m);
+  if (t->nranks == 2) {
+    chorus__shm_combine_two(t, s, dst, in0, in1, m);
     return;
   }
   s->reduce(dst, in0, in1, m);

@@ -5,6 +5,10 @@
  *   2. reduce:  rank r combines slice r in its slot     REDUCED = id (non-roots: DONE = id)
  *   3. root:    copies every reduced slice out          DONE = id
  * Cost: 3 flag waits per chunk + about 3 S / memory bandwidth.
+ * Two ranks take one phase instead (progress_two): the other rank stages its chunk and the root
+ * combines both inputs straight into its receive buffer, one flag wait per chunk; the root
+ * makes one pass over the data where the three phases make it copy in, combine half and copy
+ * out (2 ranks, 16 MiB: 1.35x a point-to-point chain's time with three phases).
  *
  * On registered memory: rank r reduces slice r from every send buffer straight into the root's
  * receive buffer.
@@ -18,7 +22,8 @@ static int supported(const chorus_task_t* t) {
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t bytes = t->args.count * t->dtype_size;
-  return chorus__shm_cost_us(cx, 3, chorus__div_up(bytes, chorus__conn_shm_slot_bytes(t)), 3.0 * (double)bytes);
+  if (t->nranks == 2) return chorus__shm_cost_us(cx, 1, chorus__shm_nchunks(t, bytes, 1), 2.0 * (double)bytes);
+  return chorus__shm_cost_us(cx, 3, chorus__shm_nchunks(t, bytes, 0), 3.0 * (double)bytes);
 }
 
 static chorus_status_t init(chorus_task_t* t) {
@@ -27,7 +32,7 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t touched = root ? chorus__touched_bytes(t->args.sendbuf, bytes, t->args.recvbuf, bytes) : 0;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, root ? t->args.recvbuf : NULL, root ? bytes : 0))
     return chorus__shm_op_init(t, 1, 1, touched);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched);
+  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -39,9 +44,40 @@ static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus__shm_zc_reduce_slice(t, s, src, chorus__conn_zc_recv(t, t->args.root) + off * es, NULL, len);
 }
 
+/* Two ranks: the other rank stages each chunk (ARRIVED = id; DONE = id, as it reads nothing);
+ * the root combines rank 0's input and rank 1's, in that order, into its receive buffer and
+ * publishes DONE = id, which frees the slot for chunk id + 2. */
+static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t es = t->dtype_size;
+  int root = t->rank == t->args.root, peer = 1 - t->rank;
+  chorus_status_t st = CHORUS_OK;
+  while (s->k < s->nchunks) {
+    uint64_t id = chorus__shm_id(s);
+    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
+    const char* mine = (const char*)t->args.sendbuf + first * es;
+    if (!root) {
+      if (s->stage == 0) CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, mine, m * es, &st), st);
+    } else {
+      CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_ARRIVED, id, &st), st);
+      const char* theirs = chorus__conn_shm_slot(t, peer, (int)(id & 1));
+      chorus__shm_combine_two(t, s, (char*)t->args.recvbuf + first * es, t->rank == 0 ? mine : theirs,
+                              t->rank == 0 ? theirs : mine, m);
+    }
+    chorus__conn_shm_publish(t, SHM_DONE, id);
+    s->k++;
+    chorus__shm_advance(t, s, 0);
+  }
+  /* The other rank returns once the root has combined its last chunk: one flag wait, during
+   * which the signature check catches a rank that runs another call (two ranks that both take
+   * the other for the root would otherwise both return at once, nothing reduced). */
+  if (!root && s->nchunks) CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_DONE, s->base + s->nchunks, &st), st);
+  return CHORUS_OK;
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
+  if (t->nranks == 2) return progress_two(t, s);
   size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;
   while (s->k < s->nchunks) {
