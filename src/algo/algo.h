@@ -115,6 +115,19 @@ static inline chorus_cost_ctx_t chorus__cost_for_call(const chorus_cost_ctx_t* c
   return call;
 }
 
+/* What a message between two ranks of one host waits beyond its transfer when ranks share
+ * cores across hosts (shared_cores in tune.c): its receiver runs once the core's other ranks have
+ * had their turn, machine_oversub - 1 of them (of the handover_spin_us that a wait through a
+ * whole round of the core costs). 0 elsewhere. Hosts of 1+2+3 ranks on 2 CPUs (3 ranks a CPU):
+ * broadcasts of 16 B - 12 KiB went to the chain, priced without it, at 1.8-3.1x hier's time (its
+ * 3 hops inside hosts on the critical path, against one spread per host). With 2 ranks a CPU
+ * (3+1) such hops cost less than this: reduces of 16 B - 1 KiB there now take hier, 24 us, where
+ * the chain took 18. */
+static inline double chorus__cost_inhost_turn_us(const chorus_cost_ctx_t* cx) {
+  if (cx->machine_oversub <= 1.0) return 0.0;
+  return cx->handover_spin_us * (cx->machine_oversub - 1.0) / cx->machine_oversub;
+}
+
 /* What packing costs a fused group operation (task.segs) whose algorithm does not take its
  * members where they are: they are copied into one vector before it starts and out of it after
  * it ends, two passes over its bytes that nothing overlaps, at the speed of memory (the

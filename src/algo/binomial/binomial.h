@@ -71,13 +71,14 @@ void chorus__binomial_reduce_free(chorus_treduce_t* r);
 /* The registry entries' price: the root pushes the message to (broadcast) or takes it from
  * (reduce) one child per level over its one link. Over the host-ordered ring on hosts of L = 2^j
  * ranks (n a power of two), with the root first on its host, its j nearest children share its
- * host: priced at the intra-host link, as rd prices its first rounds. Priced as crossing, every
- * level put broadcasts of 16 KiB on 4 emulated hosts x 2 ranks at 3 link times where they took 2. */
+ * host: priced at the intra-host link, as rd prices its first rounds, with the turn of ranks that
+ * share cores (algo.h). Priced as crossing, every level put broadcasts of 16 KiB on 4 emulated
+ * hosts x 2 ranks at 3 link times where they took 2. */
 static inline double chorus__binomial_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double levels = chorus__ceil_log2(t->nranks), bytes = (double)t->args.count * (double)t->dtype_size;
   double inside = chorus__root_first_on_host(t) ? chorus__rd_intra_rounds(cx, t->nranks) : 0;
   return (levels - inside) * (cx->flat.alpha_us + bytes / cx->flat.bytes_per_us) +
-         inside * (cx->intra.alpha_us + bytes / cx->intra.bytes_per_us);
+         inside * (cx->intra.alpha_us + chorus__cost_inhost_turn_us(cx) + bytes / cx->intra.bytes_per_us);
 }
 
 #endif /* CHORUS_ALGO_BINOMIAL_H */

@@ -37,7 +37,9 @@ static inline size_t chorus__chain_chunk_bytes(size_t bytes, size_t unit) {
 /* Cost of one call (alpha-beta, C chunks of S bytes, X hops between hosts, the other n-1-X
  * inside them): the first chunk through every hop, then C - 1 more over the slowest link, the
  * start-ups of the window's chunks in flight overlapping its transfers:
- *   T = X (a2 + S/b2) + (n-1-X) (a1 + S/b1) + (C-1) (a2/W + S/b2); 0 for n = 1.
+ *   T = X (a2 + S/b2) + (n-1-X) (a1 + h + S/b1) + (C-1) (a2/W + S/b2); 0 for n = 1,
+ * h the turn of ranks that share cores (algo.h, chorus__cost_inhost_turn_us): the first chunk
+ * moves on from each rank of a host only once that rank has its turn on a core.
  * Priced with every hop crossing hosts and one chunk of up to 256 KiB, broadcasts of 64 KiB -
  * 64 MiB on 4 emulated hosts x 2 ranks went to hier's trees at 1.9-2.0x the chain's time. Calls
  * back to back cost a chain less than this (its hops overlap from call to call: 16 KiB in 70 us
@@ -54,7 +56,7 @@ static inline double chorus__chain_cost_us(const chorus_task_t* t, const chorus_
   double inside = t->nranks - 1.0 - crossing;
   const chorus_link_model_t* slow = cx->nhosts > 1 ? &cx->flat : &cx->intra;
   return crossing * (cx->flat.alpha_us + piece / cx->flat.bytes_per_us) +
-         inside * (cx->intra.alpha_us + piece / cx->intra.bytes_per_us) +
+         inside * (cx->intra.alpha_us + chorus__cost_inhost_turn_us(cx) + piece / cx->intra.bytes_per_us) +
          (chunks - 1.0) * (slow->alpha_us / CHORUS_CHAIN_WINDOW + piece / slow->bytes_per_us);
 }
 
