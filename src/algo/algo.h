@@ -115,6 +115,18 @@ static inline chorus_cost_ctx_t chorus__cost_for_call(const chorus_cost_ctx_t* c
   return call;
 }
 
+/* Rounds of a doubling pattern (partners at distance 1, 2, 4, ... members apart: recursive
+ * doubling and halving, a binomial tree) whose partners share a host, for the cost model: over
+ * the host-ordered ring of equal hosts of L = 2^j ranks and a power-of-two n, distances 1 .. L/2
+ * pair ranks of one host, so the first j rounds stay inside the hosts and only the others cross
+ * (0 otherwise). */
+static inline int chorus__cost_rounds_inside_hosts(const chorus_cost_ctx_t* cx, int n) {
+  int L = cx->max_local, j = 0;
+  if (cx->nhosts <= 1 || !cx->uniform || L < 2 || (L & (L - 1)) || (n & (n - 1))) return 0;
+  while ((1 << j) < L) j++;
+  return j;
+}
+
 /* What a message between two ranks of one host waits beyond its transfer when ranks share
  * cores across hosts (shared_cores in tune.c): its receiver runs once the core's other ranks have
  * had their turn, machine_oversub - 1 of them (of the handover_spin_us that a wait through a

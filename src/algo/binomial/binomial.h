@@ -11,7 +11,6 @@
 
 #include "algo/algo.h"
 #include "algo/common.h"
-#include "algo/rd/rd.h"
 
 #define CHORUS_TREE_MAX_CHILDREN 32
 
@@ -76,7 +75,7 @@ void chorus__binomial_reduce_free(chorus_treduce_t* r);
  * hosts x 2 ranks at 3 link times where they took 2. */
 static inline double chorus__binomial_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double levels = chorus__ceil_log2(t->nranks), bytes = (double)t->args.count * (double)t->dtype_size;
-  double inside = chorus__root_first_on_host(t) ? chorus__rd_intra_rounds(cx, t->nranks) : 0;
+  double inside = chorus__root_first_on_host(t) ? chorus__cost_rounds_inside_hosts(cx, t->nranks) : 0;
   return (levels - inside) * (cx->flat.alpha_us + bytes / cx->flat.bytes_per_us) +
          inside * (cx->intra.alpha_us + chorus__cost_inhost_turn_us(cx) + bytes / cx->intra.bytes_per_us);
 }

@@ -150,7 +150,7 @@ static double rd_allgather_cost_us(const chorus_task_t* t, const chorus_cost_ctx
   chorus__rd_shape(&sh, 0, t->nranks);
   double block = (double)t->args.count * (double)t->dtype_size;
   /* Round i moves 2^i blocks; the first `intra` rounds (1 + 2 + ... blocks) stay in the host. */
-  int intra = chorus__rd_intra_rounds(cx, t->nranks);
+  int intra = chorus__cost_rounds_inside_hosts(cx, t->nranks);
   double steps = sh.rounds - intra, intra_blocks = (double)((1 << intra) - 1), blocks = sh.p - 1 - intra_blocks;
   if (sh.rem) {
     steps += 2;

@@ -165,7 +165,7 @@ static void rd_allreduce_fini(chorus_task_t* t) {
 
 static double rd_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (t->nranks <= 1) return 0.0;
-  int intra = chorus__rd_intra_rounds(cx, t->nranks);
+  int intra = chorus__cost_rounds_inside_hosts(cx, t->nranks);
   double inter = chorus__rd_steps(t->nranks) - intra;
   double bytes = (double)t->args.count * (double)t->dtype_size, reduce = bytes / cx->reduce_bytes_per_us;
   return intra * (cx->intra.alpha_us + cx->handover_us + bytes / cx->intra.bytes_per_us + reduce) +

@@ -44,16 +44,6 @@ static inline int chorus__rd_steps(int n) {
   return sh.rounds + (sh.rem ? 2 : 0);
 }
 
-/* Rounds whose partners share a host, for the cost model: over the host-ordered ring of equal
- * hosts of L = 2^j ranks and a power-of-two n, masks 1 .. L/2 pair ranks of one host, so the
- * first j rounds stay inside the hosts and only the other rounds cross (0 otherwise). */
-static inline int chorus__rd_intra_rounds(const chorus_cost_ctx_t* cx, int n) {
-  int L = cx->max_local, j = 0;
-  if (cx->nhosts <= 1 || !cx->uniform || L < 2 || (L & (L - 1)) || (n & (n - 1))) return 0;
-  while ((1 << j) < L) j++;
-  return j;
-}
-
 /* The member of vrank v (0 <= v <= p; v = p gives n, the end of the last range). */
 static inline int chorus__rd_member(const chorus_rd_shape_t* sh, int v) {
   return v < sh->rem ? 2 * v : v + sh->rem;

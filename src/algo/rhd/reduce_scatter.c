@@ -16,7 +16,6 @@
  */
 #include "algo/algos.h"
 #include "algo/common.h"
-#include "algo/rd/rd.h"
 #include "algo/rhd/rhd.h"
 
 static double rhd_reduce_scatter_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
@@ -31,7 +30,7 @@ static double rhd_reduce_scatter_cost_us(const chorus_task_t* t, const chorus_co
    * segments (n/p blocks each) a member sends, priced at the intra-host link as rd's allgather
    * prices its first rounds. Priced as crossing, 4 emulated hosts x 2 ranks put rhd at 316 us
    * for 2 KiB blocks where it took 134, and chose hier's 200. */
-  int j = f ? 0 : chorus__rd_intra_rounds(cx, t->nranks);
+  int j = f ? 0 : chorus__cost_rounds_inside_hosts(cx, t->nranks);
   double inside = (double)((1 << j) - 1) / p * n;
   return cols * ((k - j + 2.0 * f) * cx->spread.alpha_us + j * cx->intra.alpha_us) +
          ((p - 1.0) / p * n + f * (n + 1.0) - inside) * block / cx->spread.bytes_per_us +
