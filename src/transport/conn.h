@@ -75,7 +75,8 @@ static inline int chorus__xfer_done(const chorus_xfer_t* x) {
  * host by its local index: its index among the host's ranks in rank order (core/topo.h), which
  * is its communicator rank when the communicator lives on one host. Local rank l owns a control
  * block (flags only it writes; the signature of the operation it runs) and two slots of
- * chorus__conn_shm_slot_bytes() bytes that every rank of the host can read and write. Flag
+ * chorus__conn_shm_slot_bytes() bytes that every rank of the host can read and write (slot 1
+ * follows slot 0: together one area of twice the slot size). Flag
  * values are ids from chorus__conn_shm_next_ids(): every rank of a host draws the same ids in
  * the same order, since every rank runs the same operations, and the phases of a two-level
  * operation run in a fixed order on every rank of the host. */

@@ -5,11 +5,9 @@
  * DONE = id since it reads nothing); every other rank copies it out of the root's slot
  * (DONE = id). Bytes: S written at the root, S read and written per other rank, all in
  * parallel. Cost: 1 flag wait per chunk + about 2 S / memory bandwidth.
- * Two ranks are a pipeline (shm.h's chunking: the other rank copies chunk k out while the root
- * copies chunk k + 1 in), and the root copies into its own receive buffer only after its last
- * chunk is out, so that the other rank never waits for it (1 MiB: 100-136 us in place and
- * 139-145 out of place, against 176-253 and 194-204 in one chunk). A point-to-point message
- * (the chain) still takes 0.75-0.9x that: its ring hands over finer pieces than two slots can.
+ * Two ranks are a pipeline (shm.h: the other rank copies chunk k out while the root copies
+ * chunks k + 1 .. into the places of its slots), and the root copies into its own receive buffer
+ * only after its last chunk is out, so that the other rank never waits for it.
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer.
@@ -51,15 +49,17 @@ static chorus_status_t progress(chorus_task_t* t) {
     int which = (int)(id & 1);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
     char* out = (char*)t->args.recvbuf + first * es;
+    int two = t->nranks == 2;
+    char* slot = two ? chorus__shm_pipe_place(t, s, root) : chorus__conn_shm_slot(t, root, which);
     if (t->rank == root) {
-      CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      CHORUS_SHM_WAIT(two ? chorus__shm_pipe_place_free(t, s, &st) : chorus__shm_slot_free(t, s, &st), st);
       const char* in = (const char*)t->args.sendbuf + first * es;
-      memcpy(chorus__conn_shm_slot(t, root, which), in, m * es);
+      memcpy(slot, in, m * es);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
-      if (out != in && t->nranks > 2) chorus__shm_copy_out(s, out, in, m * es);
+      if (out != in && !two) chorus__shm_copy_out(s, out, in, m * es);
     } else {
       CHORUS_SHM_WAIT(chorus__shm_reached(t, s, root, SHM_ARRIVED, id, &st), st);
-      chorus__shm_copy_out(s, out, chorus__conn_shm_slot(t, root, which), m * es);
+      chorus__shm_copy_out(s, out, slot, m * es);
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;

@@ -44,9 +44,10 @@ static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus__shm_zc_reduce_slice(t, s, src, chorus__conn_zc_recv(t, t->args.root) + off * es, NULL, len);
 }
 
-/* Two ranks: the other rank stages each chunk (ARRIVED = id; DONE = id, as it reads nothing);
- * the root combines rank 0's input and rank 1's, in that order, into its receive buffer and
- * publishes DONE = id, which frees the slot for chunk id + 2. */
+/* Two ranks: the other rank stages each chunk in the places of its slots (shm.h's two-rank
+ * pipeline; ARRIVED = id, and DONE = id as it reads nothing); the root combines rank 0's input
+ * and rank 1's, in that order, into its receive buffer and publishes DONE = id, which frees
+ * the chunk's place. */
 static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t es = t->dtype_size;
   int root = t->rank == t->args.root, peer = 1 - t->rank;
@@ -56,10 +57,12 @@ static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
     const char* mine = (const char*)t->args.sendbuf + first * es;
     if (!root) {
-      if (s->stage == 0) CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, mine, m * es, &st), st);
+      CHORUS_SHM_WAIT(chorus__shm_pipe_place_free(t, s, &st), st);
+      memcpy(chorus__shm_pipe_place(t, s, t->rank), mine, m * es);
+      chorus__conn_shm_publish(t, SHM_ARRIVED, id);
     } else {
       CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_ARRIVED, id, &st), st);
-      const char* theirs = chorus__conn_shm_slot(t, peer, (int)(id & 1));
+      const char* theirs = chorus__shm_pipe_place(t, s, peer);
       chorus__shm_combine_two(t, s, (char*)t->args.recvbuf + first * es, t->rank == 0 ? mine : theirs,
                               t->rank == 0 ? theirs : mine, m);
     }

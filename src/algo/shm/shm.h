@@ -94,21 +94,49 @@ static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, in
 
 /* Elements per chunk of a call of `bytes` (the same on every rank of the host): one slot's worth,
  * or for a two-rank pipeline (one rank writes each chunk, the other reads it: the two-rank
- * broadcast and reduce) at least CHORUS_SHM_PIPE_CHUNKS chunks of whole cache lines and at least
- * CHORUS_SHM_PIPE_MIN_BYTES. In one chunk the reader starts only once the writer has copied all
- * of it; in several, the two work on successive chunks at once (2 ranks, 1 MiB reduce: 162-182 us
- * against 225-261 in one chunk). Where every rank both writes and reads (allreduce, allgather)
- * or ranks outnumber cores, smaller chunks only add flag waits: 4 ranks on 2 cores, 256 KiB
- * reduce, 280-360 us against 82-92; 2-rank allreduce, 64 KiB, 15 against 9-10. */
+ * broadcast and reduce) at least CHORUS_SHM_PIPE_CHUNKS chunks of whole cache lines, of at least
+ * CHORUS_SHM_PIPE_MIN_BYTES and at most a quarter slot (8 places in the two slots, below). In one
+ * chunk the reader starts only once the writer has copied all of it; in several, the two work on
+ * successive chunks at once (2 ranks, 1 MiB reduce: 162-182 us against 225-261 in one chunk; a
+ * 16 MiB broadcast in place, 1.3-1.4 ms in quarter slots against 1.5-1.6 in whole ones). Where
+ * every rank both writes and reads (allreduce, allgather) or ranks outnumber cores, smaller
+ * chunks only add flag waits: 4 ranks on 2 cores, 256 KiB reduce, 280-360 us against 82-92;
+ * 2-rank allreduce, 64 KiB, 15 against 9-10. */
 #define CHORUS_SHM_PIPE_CHUNKS 8u
 #define CHORUS_SHM_PIPE_MIN_BYTES (16u * 1024u)
 
 static inline size_t chorus__shm_chunk_elems(const chorus_task_t* t, size_t bytes, int two_rank_pipeline) {
-  size_t slot = chorus__conn_shm_slot_bytes(t);
-  size_t chunk = (chorus__div_up(bytes, CHORUS_SHM_PIPE_CHUNKS) + 63u) & ~(size_t)63u;
-  if (chunk < CHORUS_SHM_PIPE_MIN_BYTES) chunk = CHORUS_SHM_PIPE_MIN_BYTES;
-  if (!two_rank_pipeline || chunk > slot) chunk = slot;
+  size_t slot = chorus__conn_shm_slot_bytes(t), chunk = slot;
+  if (two_rank_pipeline) {
+    chunk = (chorus__div_up(bytes, CHORUS_SHM_PIPE_CHUNKS) + 63u) & ~(size_t)63u;
+    if (chunk < CHORUS_SHM_PIPE_MIN_BYTES) chunk = CHORUS_SHM_PIPE_MIN_BYTES;
+    if (chunk > slot / 4) chunk = slot / 4 > CHORUS_SHM_PIPE_MIN_BYTES ? slot / 4 : CHORUS_SHM_PIPE_MIN_BYTES;
+    if (chunk > slot) chunk = slot;
+  }
   return chunk / t->dtype_size;
+}
+
+/* A two-rank pipeline's writer uses its two slots as one ring of D = 2 slot / chunk places
+ * (chunk k of the op at place k mod D), so that it runs up to D chunks ahead of the reader as a
+ * point-to-point message runs ahead through the rings: with only the two slots' places, the
+ * writer of a 1 MiB broadcast in 8 chunks waited for the reader at every other chunk (100-136
+ * us in place, against 74-86 for a message). Chunk k may be written once every rank has read
+ * chunk k - D of the op and every chunk of the operations before it (DONE >= base): those used
+ * the slots as two halves. The writer returns only once its last chunk is read, so that the
+ * operations after it find the places free. */
+static inline size_t chorus__shm_pipe_places(const chorus_task_t* t, const chorus_shm_op_t* s) {
+  size_t places = 2 * chorus__conn_shm_slot_bytes(t) / (s->chunk_elems * t->dtype_size);
+  return places ? places : 1;
+}
+
+static inline char* chorus__shm_pipe_place(const chorus_task_t* t, const chorus_shm_op_t* s, int owner) {
+  return chorus__conn_shm_slot(t, owner, 0) + (s->k % chorus__shm_pipe_places(t, s)) * s->chunk_elems * t->dtype_size;
+}
+
+static inline int chorus__shm_pipe_place_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
+  size_t places = chorus__shm_pipe_places(t, s);
+  uint64_t want = s->k < places ? s->base : chorus__shm_id(s) - places;
+  return want == 0 || chorus__shm_all_reached(t, s, SHM_DONE, want, st);
 }
 
 /* Chunks of a call of `bytes` (what the cost functions count). */
