@@ -23,9 +23,10 @@ static const struct {
     {CH_COLL_BROADCAST, 3u << 20}, {CH_COLL_ALLREDUCE, 65537},  {CH_COLL_REDUCE, 3u << 20},
     {CH_COLL_BROADCAST, 100003},   {CH_COLL_ALLGATHER, 4097},   {CH_COLL_REDUCE, 100003},
     {CH_COLL_BARRIER, 0},          {CH_COLL_BROADCAST, 7},      {CH_COLL_REDUCE_SCATTER, 20011},
-    {CH_COLL_REDUCE, 1023},        {CH_COLL_ALLREDUCE, 3u << 18},
+    {CH_COLL_REDUCE, 1023},        {CH_COLL_ALLREDUCE, 3u << 18}, {CH_COLL_BROADCAST, 1u << 16},
 };
-enum { NSTEPS = sizeof(kSteps) / sizeof(kSteps[0]) };
+enum { NSTEPS = sizeof(kSteps) / sizeof(kSteps[0]) }; /* a multiple of 3: posted three at a time */
+_Static_assert(NSTEPS % 3 == 0, "the posted loop covers every step");
 
 static mx_spec_t step_spec(int round, int i, int nranks) {
   mx_spec_t s = {kSteps[i].coll,
@@ -56,8 +57,9 @@ static int blocking_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-/* Three calls in flight at a time: the engine may run the next one's first chunks while the
- * one before still has readers of its slots. */
+/* Three calls posted at once: each rank starts the next as soon as it has ended the one before
+ * (the engine runs one collective at a time, in posting order), while its peer may still be
+ * reading the slots of that one. */
 static int posted_rank(chorus_comm_t* comm, int rank, void* arg) {
   int nranks = *(const int*)arg;
   for (int round = 0; round < ROUNDS; round++)
@@ -71,6 +73,9 @@ static int posted_rank(chorus_comm_t* comm, int rank, void* arg) {
         ASSERT_COMM_OK(comm, mx_op_post(&ops[j], comm));
       }
       for (int j = 0; j < 3; j++) {
+        mx_spec_t s = step_spec(round, i + j, nranks);
+        char spec[160];
+        test_set_context("round %d, posted %s", round, mx_spec_str(&s, spec, sizeof(spec)));
         for (int r = 0; r < ops[j].nreq; r++) {
           ASSERT_OK(chorus_wait(ops[j].req[r]));
           chorus_req_free(ops[j].req[r]);
@@ -92,3 +97,20 @@ static void run_both(int nranks, const char* slot_bytes) {
 TEST_EX(two_ranks, 300, "full") { run_both(2, NULL); }
 TEST_EX(two_ranks_small_slots, 300, "full") { run_both(2, "65536"); }
 TEST_EX(three_ranks, 300, "full") { run_both(3, NULL); }
+
+/* Calls of no elements may pass NULL buffers (the root's send buffer too): nothing is read or
+ * written, on either side of a two-rank pipeline, and the calls after them still work. */
+static int empty_rank(chorus_comm_t* comm, int rank, void* arg) {
+  (void)arg;
+  float out[4] = {1, 2, 3, 4};
+  ASSERT_OK(chorus_broadcast(NULL, out, 0, CHORUS_FLOAT32, 0, comm));
+  ASSERT_OK(chorus_broadcast(NULL, NULL, 0, CHORUS_FLOAT32, 1, comm));
+  ASSERT_OK(chorus_reduce(NULL, rank == 1 ? out : NULL, 0, CHORUS_FLOAT32, CHORUS_SUM, 1, comm));
+  ASSERT_TRUE(out[0] == 1 && out[3] == 4);
+  float in[4] = {(float)rank, 1, 2, 3};
+  ASSERT_OK(chorus_broadcast(in, out, 4, CHORUS_FLOAT32, 1, comm));
+  ASSERT_TRUE(out[0] == 1 && out[1] == 1 && out[3] == 3);
+  return 0;
+}
+
+TEST_EX(two_ranks_no_elements, 60, "quick") { ASSERT_EQ(run_ranks(2, empty_rank, NULL), 0); }

@@ -66,7 +66,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     chorus__shm_advance(t, s, 0);
   }
   if (t->rank == root && t->nranks == 2 && s->stage == 0) {
-    if (t->args.recvbuf != t->args.sendbuf)
+    if (t->args.count && t->args.recvbuf != t->args.sendbuf)
       chorus__shm_copy_out(s, t->args.recvbuf, t->args.sendbuf, t->args.count * es);
     chorus__shm_advance(t, s, 1);
   }
