@@ -55,24 +55,33 @@ static int check_choices(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-TEST_EX(allgather_and_reduce_scatter_on_four_hosts, 120, "full") {
+/* Runs body on n thread ranks on the emulated hosts host_of[], with the link figures `figures`
+ * (a CHORUS_TUNE file's text) in place of the probe's. */
+static void run_with_figures(const char* figures, int n, const int* host_of, int (*body)(chorus_comm_t*, int, void*),
+                             void* arg) {
   char path[] = "/tmp/chorus-select-XXXXXX";
   int fd = mkstemp(path);
   ASSERT_TRUE(fd >= 0);
-  const char* figures = "intra 1.0 1938\ninter 30.8 241\ninter_ring 30.8 230\n";
   ASSERT_TRUE(write(fd, figures, strlen(figures)) == (ssize_t)strlen(figures));
   close(fd);
   setenv("CHORUS_TUNE", path, 1);
-  ranks_set_hosts(8, kFourByTwo);
+  ranks_set_hosts(n, host_of);
+  int failed = run_ranks(n, body, arg);
+  ranks_set_hosts(0, NULL);
+  unsetenv("CHORUS_TUNE");
+  unlink(path);
+  ASSERT_EQ(failed, 0);
+}
+
+TEST_EX(allgather_and_reduce_scatter_on_four_hosts, 120, "full") {
+  const char* figures = "intra 1.0 1938\ninter 30.8 241\ninter_ring 30.8 230\n";
   const select_case_t cases[] = {
       {2, "rd", "rhd"},          /* 8 B blocks: latency-bound, log2 n rounds */
       {4096, "hier", "hier"},    /* 16 KiB: H - 1 crossing steps of the rails */
       {512 * 1024, NULL, NULL},  /* 2 MiB: past the caches (hier.h), where hier's copies cost most */
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) ASSERT_EQ(run_ranks(8, check_choices, (void*)&cases[i]), 0);
-  ranks_set_hosts(0, NULL);
-  unsetenv("CHORUS_TUNE");
-  unlink(path);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    run_with_figures(figures, 8, kFourByTwo, check_choices, (void*)&cases[i]);
 }
 
 /* Hosts of 1, 2 and 3 ranks, figures the probe read there at 2 Gbit/s: a broadcast of 1 KiB from
@@ -95,16 +104,6 @@ static int check_small_broadcast(chorus_comm_t* comm, int rank, void* arg) {
 }
 
 TEST_EX(small_broadcast_on_hosts_of_one_two_and_three, 120, "full") {
-  char path[] = "/tmp/chorus-select-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_TRUE(fd >= 0);
-  const char* figures = "intra 1.0 1662\ninter 31.7 245\ninter_ring 31.7 238\n";
-  ASSERT_TRUE(write(fd, figures, strlen(figures)) == (ssize_t)strlen(figures));
-  close(fd);
-  setenv("CHORUS_TUNE", path, 1);
-  ranks_set_hosts(6, kOneTwoThree);
-  ASSERT_EQ(run_ranks(6, check_small_broadcast, NULL), 0);
-  ranks_set_hosts(0, NULL);
-  unsetenv("CHORUS_TUNE");
-  unlink(path);
+  run_with_figures("intra 1.0 1662\ninter 31.7 245\ninter_ring 31.7 238\n", 6, kOneTwoThree, check_small_broadcast,
+                   NULL);
 }
