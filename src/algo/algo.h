@@ -133,8 +133,7 @@ static inline int chorus__cost_rounds_inside_hosts(const chorus_cost_ctx_t* cx, 
  * whole round of the core costs). 0 elsewhere. Hosts of 1+2+3 ranks on 2 CPUs (3 ranks a CPU):
  * broadcasts of 16 B - 12 KiB went to the chain, priced without it, at 1.8-3.1x hier's time (its
  * 3 hops inside hosts on the critical path, against one spread per host). With 2 ranks a CPU
- * (3+1) such hops cost less than this: reduces of 16 B - 1 KiB there now take hier, 24 us, where
- * the chain took 18. */
+ * (3+1) such hops cost less than this: 16 B reduces there now take hier, at 1.3x the chain. */
 static inline double chorus__cost_inhost_turn_us(const chorus_cost_ctx_t* cx) {
   if (cx->machine_oversub <= 1.0) return 0.0;
   return cx->handover_spin_us * (cx->machine_oversub - 1.0) / cx->machine_oversub;

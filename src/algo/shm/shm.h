@@ -106,14 +106,11 @@ static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, in
 #define CHORUS_SHM_PIPE_MIN_BYTES (16u * 1024u)
 
 static inline size_t chorus__shm_chunk_elems(const chorus_task_t* t, size_t bytes, int two_rank_pipeline) {
-  size_t slot = chorus__conn_shm_slot_bytes(t), chunk = slot;
-  if (two_rank_pipeline) {
-    chunk = (chorus__div_up(bytes, CHORUS_SHM_PIPE_CHUNKS) + 63u) & ~(size_t)63u;
-    if (chunk < CHORUS_SHM_PIPE_MIN_BYTES) chunk = CHORUS_SHM_PIPE_MIN_BYTES;
-    if (chunk > slot / 4) chunk = slot / 4 > CHORUS_SHM_PIPE_MIN_BYTES ? slot / 4 : CHORUS_SHM_PIPE_MIN_BYTES;
-    if (chunk > slot) chunk = slot;
-  }
-  return chunk / t->dtype_size;
+  size_t slot = chorus__conn_shm_slot_bytes(t); /* >= 64 KiB (CHORUS_SHM_SLOT_SIZE's floor) */
+  if (!two_rank_pipeline) return slot / t->dtype_size;
+  size_t chunk = (chorus__div_up(bytes, CHORUS_SHM_PIPE_CHUNKS) + 63u) & ~(size_t)63u;
+  if (chunk < CHORUS_SHM_PIPE_MIN_BYTES) chunk = CHORUS_SHM_PIPE_MIN_BYTES;
+  return chorus__min_sz(chunk, slot / 4) / t->dtype_size;
 }
 
 /* A two-rank pipeline's writer uses its two slots as one ring of D = 2 slot / chunk places
