@@ -25,8 +25,8 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
   size_t out = block * (size_t)t->nranks, touched = chorus__touched_bytes(t->args.sendbuf, block, t->args.recvbuf, out);
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, out))
-    return chorus__shm_op_init(t, 1, 1, touched);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched);
+    return chorus__shm_op_init(t, 1, 1, touched, 0);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched, block);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -56,7 +56,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     for (int q = 0; q < t->nranks; q++) {
       char* dst = out + ((size_t)q * block + first) * es;
-      if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__conn_shm_slot(t, q, which), m * es);
+      if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__shm_op_slot(t, s, q, which), m * es);
       else if (dst != in + first * es) chorus__shm_copy_out(s, dst, in + first * es, m * es); /* else in place */
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);

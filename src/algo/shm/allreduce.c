@@ -44,8 +44,8 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t bytes = t->args.count * t->dtype_size;
   size_t touched = chorus__touched_bytes(t->args.sendbuf, bytes, t->args.recvbuf, bytes);
   if (!t->segs && chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes))
-    return chorus__shm_op_init(t, 1, 1, touched);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched);
+    return chorus__shm_op_init(t, 1, 1, touched, 0);
+  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched, bytes);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -77,7 +77,7 @@ static void combine_all(chorus_task_t* t, chorus_shm_op_t* s, char* dst, const c
     return;
   }
   s->reduce(dst, in0, in1, m);
-  for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + at * t->dtype_size, m);
+  for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__shm_op_slot(t, s, q, which) + at * t->dtype_size, m);
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
 }
 
@@ -95,8 +95,8 @@ static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) 
       else CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, mine, m * es, &st), st);
     }
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-    const char* in0 = t->rank == 0 && mine ? mine : chorus__conn_shm_slot(t, 0, which);
-    const char* in1 = t->rank == 1 && mine ? mine : chorus__conn_shm_slot(t, 1, which);
+    const char* in0 = t->rank == 0 && mine ? mine : chorus__shm_op_slot(t, s, 0, which);
+    const char* in1 = t->rank == 1 && mine ? mine : chorus__shm_op_slot(t, s, 1, which);
     /* In place, dst is `mine`: element-wise kernels may read and write it in one call, but a
      * later call could not read it any more, so from rank 2 on every input comes from a slot. */
     if (!t->segs) {

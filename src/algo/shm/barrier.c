@@ -13,7 +13,7 @@ static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   return chorus__shm_cost_us(cx, 1, 1, 0);
 }
 
-static chorus_status_t init(chorus_task_t* t) { return chorus__shm_op_init(t, 1, 1, 0); }
+static chorus_status_t init(chorus_task_t* t) { return chorus__shm_op_init(t, 1, 1, 0, 0); }
 
 static chorus_status_t progress(chorus_task_t* t) {
   chorus_shm_op_t* s = t->state;

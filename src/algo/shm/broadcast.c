@@ -28,8 +28,8 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t touched = chorus__touched_bytes(root ? t->args.sendbuf : NULL, bytes, t->args.recvbuf, bytes);
   if (chorus__conn_zc_eligible(t, root ? t->args.sendbuf : NULL, root ? bytes : 0, root ? NULL : t->args.recvbuf,
                                root ? 0 : bytes))
-    return chorus__shm_op_init(t, 1, 1, touched);
-  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched);
+    return chorus__shm_op_init(t, 1, 1, touched, 0);
+  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched, bytes);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -50,7 +50,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
     char* out = (char*)t->args.recvbuf + first * es;
     int two = t->nranks == 2;
-    char* slot = two ? chorus__shm_pipe_place(t, s, root) : chorus__conn_shm_slot(t, root, which);
+    char* slot = two ? chorus__shm_pipe_place(t, s, root) : chorus__shm_op_slot(t, s, root, which);
     if (t->rank == root) {
       CHORUS_SHM_WAIT(two ? chorus__shm_pipe_place_free(t, s, &st) : chorus__shm_slot_free(t, s, &st), st);
       const char* in = (const char*)t->args.sendbuf + first * es;

@@ -122,7 +122,11 @@ static chorus_status_t start(chorus_task_t* t, const chorus_sched_t* s, const si
     chorus__shm_group_free(g);
     return CHORUS_ERR_NOT_SUPPORTED;
   }
+  /* A call of one chunk packs its pieces as tightly as they allow, so that its data can move
+   * within the slots (chorus__shm_op_rotate). */
+  if (longest && longest < per_chunk) per_chunk = longest;
   chorus__shm_op_setup(t, &g->op, n, s->group.me, longest, per_chunk, touched_bytes, reduce);
+  chorus__shm_op_rotate(t, &g->op, (kind == GROUP_RS ? (size_t)n : 1u) * per_chunk * g->es);
   *out = g;
   return CHORUS_OK;
 }
@@ -186,7 +190,7 @@ static void rs_reduce(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   if (s->n == 1) rs_input(g, dst, e, m);
   for (int i = 0, combined = 0; i < s->n; i++) {
     if (i == s->me) continue;
-    const char* theirs = chorus__conn_shm_slot(t, i, which) + at;
+    const char* theirs = chorus__shm_op_slot(t, s, i, which) + at;
     if (combined++) s->reduce(dst, dst, theirs, m);
     else rs_combine_own(g, dst, e, theirs, m);
   }
@@ -206,7 +210,7 @@ static void ag_copy_out(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   chorus_shm_op_t* s = &g->op;
   for (int i = 0; i < s->n; i++) {
     size_t m = piece_len(g, i, s->k);
-    if (i != s->me && m) ag_output(g, piece_first(g, i, s->k), chorus__conn_shm_slot(t, i, which), m);
+    if (i != s->me && m) ag_output(g, piece_first(g, i, s->k), chorus__shm_op_slot(t, s, i, which), m);
   }
 }
 
@@ -219,7 +223,7 @@ static void reduce_combine(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   if (s->n == 1) chorus__algo_copy(dst, g->sendbuf + off, m * g->es);
   for (int i = 0, combined = 0; i < s->n; i++) {
     if (i == s->me) continue;
-    s->reduce(dst, combined++ ? dst : g->sendbuf + off, chorus__conn_shm_slot(t, i, which), m);
+    s->reduce(dst, combined++ ? dst : g->sendbuf + off, chorus__shm_op_slot(t, s, i, which), m);
   }
   if (g->redop == CHORUS_AVG && g->avg_divisor > 0) chorus__reduce_avg_finish(dst, m, g->dtype, g->avg_divisor);
 }
@@ -232,7 +236,7 @@ static int rooted_stage(chorus_task_t* t, chorus_shm_group_t* g, uint64_t id, in
   size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
   if (writes) {
     if (!chorus__shm_slot_free(t, s, st)) return 0;
-    memcpy(chorus__conn_shm_slot(t, s->me, which), g->sendbuf + off, m * g->es);
+    memcpy(chorus__shm_op_slot(t, s, s->me, which), g->sendbuf + off, m * g->es);
     if (g->kind == GROUP_BCAST) chorus__algo_copy(g->recvbuf + off, g->sendbuf + off, m * g->es);
   }
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
@@ -251,7 +255,7 @@ static int rooted_read(chorus_task_t* t, chorus_shm_group_t* g, uint64_t id, int
   } else if (g->kind == GROUP_BCAST && !is_root) {
     if (!chorus__shm_reached(t, s, g->root, SHM_ARRIVED, id, st)) return 0;
     size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
-    chorus__shm_copy_out(s, g->recvbuf + off, chorus__conn_shm_slot(t, g->root, which), m * g->es);
+    chorus__shm_copy_out(s, g->recvbuf + off, chorus__shm_op_slot(t, s, g->root, which), m * g->es);
   }
   return 1;
 }
@@ -280,7 +284,7 @@ chorus_status_t chorus__shm_group_step(chorus_task_t* t, chorus_shm_group_t* g) 
     int which = (int)(id & 1);
     if (s->stage == 0) {
       CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
-      char* slot = chorus__conn_shm_slot(t, s->me, which);
+      char* slot = chorus__shm_op_slot(t, s, s->me, which);
       if (g->kind == GROUP_RS) rs_stage(t, g, slot);
       else ag_stage(g, slot);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);

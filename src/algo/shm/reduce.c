@@ -31,8 +31,8 @@ static chorus_status_t init(chorus_task_t* t) {
   int root = t->rank == t->args.root;
   size_t touched = root ? chorus__touched_bytes(t->args.sendbuf, bytes, t->args.recvbuf, bytes) : 0;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, root ? t->args.recvbuf : NULL, root ? bytes : 0))
-    return chorus__shm_op_init(t, 1, 1, touched);
-  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched);
+    return chorus__shm_op_init(t, 1, 1, touched, 0);
+  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched, bytes);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {

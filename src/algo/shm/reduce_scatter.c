@@ -35,8 +35,8 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
   size_t touched = chorus__touched_bytes(t->args.sendbuf, block * (size_t)t->nranks, t->args.recvbuf, block);
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block * (size_t)t->nranks, t->args.recvbuf, block))
-    return chorus__shm_op_init(t, 1, 1, touched);
-  return chorus__shm_op_init(t, t->args.count, chunk_elems(t), touched);
+    return chorus__shm_op_init(t, 1, 1, touched, 0);
+  return chorus__shm_op_init(t, t->args.count, chunk_elems(t), touched, block * (size_t)t->nranks);
 }
 
 static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -59,8 +59,9 @@ static int own_block_unstaged(const chorus_task_t* t) {
 
 /* Rank q's part of this rank's block in the current chunk: in q's slot at byte `off`, or, for
  * this rank's own unstaged block, at `own` in its send buffer. */
-static const char* block_input(const chorus_task_t* t, int q, int which, size_t off, const char* own, int unstaged) {
-  return q == t->rank && unstaged ? own : chorus__conn_shm_slot(t, q, which) + off;
+static const char* block_input(const chorus_task_t* t, const chorus_shm_op_t* s, int q, int which, size_t off,
+                               const char* own, int unstaged) {
+  return q == t->rank && unstaged ? own : chorus__shm_op_slot(t, s, q, which) + off;
 }
 
 static chorus_status_t progress(chorus_task_t* t) {
@@ -76,7 +77,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     const char* own = (const char*)t->args.sendbuf + ((size_t)t->rank * block + first) * es;
     if (s->stage == 0) {
       CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
-      char* slot = chorus__conn_shm_slot(t, t->rank, which);
+      char* slot = chorus__shm_op_slot(t, s, t->rank, which);
       for (int q = 0; q < t->nranks; q++)
         if (q != t->rank || !unstaged)
           memcpy(slot + (size_t)q * m * es, (const char*)t->args.sendbuf + ((size_t)q * block + first) * es, m * es);
@@ -87,8 +88,9 @@ static chorus_status_t progress(chorus_task_t* t) {
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     char* dst = (char*)t->args.recvbuf + first * es;
     size_t mine = (size_t)t->rank * m * es;
-    s->reduce(dst, block_input(t, 0, which, mine, own, unstaged), block_input(t, 1, which, mine, own, unstaged), m);
-    for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, block_input(t, q, which, mine, own, unstaged), m);
+    s->reduce(dst, block_input(t, s, 0, which, mine, own, unstaged), block_input(t, s, 1, which, mine, own, unstaged),
+              m);
+    for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, block_input(t, s, q, which, mine, own, unstaged), m);
     if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;

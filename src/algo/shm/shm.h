@@ -30,6 +30,7 @@ typedef struct {
   int stage;
   int stream_out;     /* copies into the caller's output bypass the cache (see shm_op_setup) */
   int n, me;          /* the ranks of the host taking part (local indexes 0..n-1), and mine */
+  size_t slot_off;    /* where the op's data starts in each slot (chorus__shm_op_rotate) */
   chorus_reduce_fn reduce;
 } chorus_shm_op_t;
 
@@ -140,18 +141,46 @@ static inline int chorus__shm_pipe_place_free(chorus_task_t* t, const chorus_shm
   return want == 0 || chorus__shm_all_reached(t, s, SHM_DONE, want, st);
 }
 
+/* Where op s's current chunk lies in local rank owner's slot `which`. */
+static inline char* chorus__shm_op_slot(const chorus_task_t* t, const chorus_shm_op_t* s, int owner, int which) {
+  return chorus__conn_shm_slot(t, owner, which) + s->slot_off;
+}
+
+/* Lines a rank writes that another core has just read cost an invalidation each, so an op of
+ * one chunk that fills only `footprint` bytes of each slot puts its data at a place that moves
+ * from one use of the slot to the next, through the whole slot (places of footprint bytes,
+ * rounded up to CHORUS_SHM_ROTATE_ALIGN), as the rings of point-to-point messages do: by then
+ * the readers' copies have left their caches. Every rank derives the place from the op's first
+ * id, so they agree; the slot's free test covers the whole slot, so any place is free when it
+ * is. Ops of several chunks fill their slots and stay at 0. */
+#define CHORUS_SHM_ROTATE_ALIGN 256u
+#define CHORUS_SHM_ROTATE_MIN_BYTES (16u * 1024u)
+#define CHORUS_SHM_ROTATE_MAX_BYTES (128u * 1024u)
+static inline void chorus__shm_op_rotate(const chorus_task_t* t, chorus_shm_op_t* s, size_t footprint) {
+  size_t slot = chorus__conn_shm_slot_bytes(t);
+  size_t step = (footprint + CHORUS_SHM_ROTATE_ALIGN - 1) & ~(size_t)(CHORUS_SHM_ROTATE_ALIGN - 1);
+  s->slot_off = 0;
+  if (s->nchunks != 1 || footprint < CHORUS_SHM_ROTATE_MIN_BYTES || footprint > CHORUS_SHM_ROTATE_MAX_BYTES ||
+      step > slot / 2)
+    return;
+  s->slot_off = (size_t)(((s->base + 1) >> 1) % (slot / step)) * step;
+}
+
 /* Chunks of a call of `bytes` (what the cost functions count). */
 static inline size_t chorus__shm_nchunks(const chorus_task_t* t, size_t bytes, int two_rank_pipeline) {
   return chorus__div_up(bytes, chorus__shm_chunk_elems(t, bytes, two_rank_pipeline) * t->dtype_size);
 }
 
-/* The op of a one-host communicator's call (local indexes are ranks), kept in the task. */
+/* The op of a one-host communicator's call (local indexes are ranks), kept in the task;
+ * footprint: the bytes it fills of each slot when it takes one chunk (chorus__shm_op_rotate; 0:
+ * it uses no slot). */
 static inline chorus_status_t chorus__shm_op_init(chorus_task_t* t, size_t elems, size_t chunk_elems,
-                                                  size_t touched_bytes) {
+                                                  size_t touched_bytes, size_t footprint) {
   _Static_assert(sizeof(chorus_shm_op_t) <= sizeof(t->state_space), "shm op state fits in the task");
   chorus_shm_op_t* s = (chorus_shm_op_t*)t->state_space;
   chorus__shm_op_setup(t, s, t->nranks, t->rank, elems, chunk_elems, touched_bytes,
                        chorus__algo_reduce_fn(t->args.dtype, t->args.op));
+  chorus__shm_op_rotate(t, s, footprint);
   t->state = s;
   return CHORUS_OK;
 }
@@ -182,7 +211,7 @@ static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, con
                                        chorus_status_t* st) {
   if (!chorus__shm_slot_free(t, s, st)) return 0;
   uint64_t id = chorus__shm_id(s);
-  memcpy(chorus__conn_shm_slot(t, s->me, (int)(id & 1)), src, bytes);
+  memcpy(chorus__shm_op_slot(t, s, s->me, (int)(id & 1)), src, bytes);
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;
@@ -193,7 +222,7 @@ static inline int chorus__shm_stage_in_segs(chorus_task_t* t, chorus_shm_op_t* s
                                             chorus_status_t* st) {
   if (!chorus__shm_slot_free(t, s, st)) return 0;
   uint64_t id = chorus__shm_id(s);
-  chorus__segs_gather(t->segs, t->nsegs, t->dtype_size, chorus__conn_shm_slot(t, t->rank, (int)(id & 1)), first, m);
+  chorus__segs_gather(t->segs, t->nsegs, t->dtype_size, chorus__shm_op_slot(t, s, t->rank, (int)(id & 1)), first, m);
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;
@@ -239,9 +268,9 @@ static inline void chorus__shm_reduce_my_slice(chorus_task_t* t, chorus_shm_op_t
   size_t off, len, es = t->dtype_size;
   chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
   if (!len) return;
-  char* dst = chorus__conn_shm_slot(t, t->rank, which) + off * es;
+  char* dst = chorus__shm_op_slot(t, s, t->rank, which) + off * es;
   for (int q = 0; q < t->nranks; q++)
-    if (q != t->rank) s->reduce(dst, dst, chorus__conn_shm_slot(t, q, which) + off * es, len);
+    if (q != t->rank) s->reduce(dst, dst, chorus__shm_op_slot(t, s, q, which) + off * es, len);
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
 }
 
@@ -253,7 +282,7 @@ static inline void chorus__shm_copy_slices_out(chorus_task_t* t, const chorus_sh
   for (int q = 0; q < t->nranks; q++) {
     size_t off, len;
     chorus__shm_slice(m, t->nranks, q, &off, &len);
-    if (len) chorus__shm_copy_to_output(t, s, first + off, chorus__conn_shm_slot(t, q, which) + off * es, len);
+    if (len) chorus__shm_copy_to_output(t, s, first + off, chorus__shm_op_slot(t, s, q, which) + off * es, len);
   }
 }
 
