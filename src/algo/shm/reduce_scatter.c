@@ -8,8 +8,12 @@
  *   2. reduce:  rank r combines block r of every rank, in rank order,
  *               straight into its receive buffer; avg divides            DONE = id
  * Bytes per rank per chunk: (n-1) S/n written and read, then S read + S/n written. Cost: 2 flag
- * waits per chunk + about 3 S / memory bandwidth. In place, a rank from 2 on stages its own
- * block too: its receive buffer is that block, written by the first combination.
+ * waits per chunk + the bytes staged and combined, (2n - 1) S/n, at memory speed, counted as the
+ * family counts them (shm.h, chorus__shm_cost_us: what is written to a slot and what is read to
+ * combine). Priced at 3 S, two ranks' calls of 32 KiB - 64 MiB went to the ring at 1.3-1.45x
+ * their time whenever the intra-host probe read above 1700 B/us. In place, a rank from 2 on
+ * stages its own block too: its receive buffer is that block, written by the first
+ * combination.
  *
  * On registered memory: rank r reduces block r straight from every rank's send buffer into its
  * receive buffer (N read, N/n written per rank).
@@ -28,7 +32,7 @@ static int supported(const chorus_task_t* t) {
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t block = t->args.count, chunk = chunk_elems(t);
   return chorus__shm_cost_us(cx, 2, chorus__div_up(block, chunk ? chunk : 1),
-                             3.0 * (double)(block * t->dtype_size * (size_t)t->nranks));
+                             (2.0 * t->nranks - 1.0) * (double)(block * t->dtype_size));
 }
 
 static chorus_status_t init(chorus_task_t* t) {
