@@ -139,6 +139,12 @@ static inline double chorus__cost_inhost_turn_us(const chorus_cost_ctx_t* cx) {
   return cx->handover_spin_us * (cx->machine_oversub - 1.0) / cx->machine_oversub;
 }
 
+/* Bytes a rank copies per microsecond inside its own memory while they stay in the caches (a
+ * read and a write each; ~10 GB/s on these machines): the memory-semantics schedules' copies
+ * (shm.h) and the local copies of the others that are priced (Bruck's packs). Beyond the caches
+ * the reduction kernels' figure (reduce_bytes_per_us) is the nearer one. */
+#define CHORUS_COST_COPY_BYTES_PER_US 10000.0
+
 /* What packing costs a fused group operation (task.segs) whose algorithm does not take its
  * members where they are: they are copied into one vector before it starts and out of it after
  * it ends, two passes over its bytes that nothing overlaps, at the speed of memory (the

@@ -86,7 +86,7 @@ static inline size_t chorus__hier_cost_slot_bytes(const chorus_task_t* t) {
  * hosts x 2 ranks (4 ranks a core) their 64 MiB calls spent 70 ms on copies beside 209 of
  * transfers, which shm.h's price put at 13, so they were chosen over a ring 1.12x faster. */
 static inline double chorus__hier_copy_us(const chorus_cost_ctx_t* cx, double bytes, double touched) {
-  if (touched < CHORUS_HIER_COPY_CACHED_BYTES) return bytes / 10000.0;
+  if (touched < CHORUS_HIER_COPY_CACHED_BYTES) return bytes / CHORUS_COST_COPY_BYTES_PER_US;
   return bytes / cx->reduce_bytes_per_us * (cx->machine_oversub > 1.0 ? cx->machine_oversub : 1.0);
 }
 

@@ -287,7 +287,7 @@ static inline void chorus__shm_copy_slices_out(chorus_task_t* t, const chorus_sh
 }
 
 /* Cost: one flag hand-over per stage and chunk, plus the bytes each rank copies at memory speed
- * (~10 GB/s = 10000 bytes/us on these machines). A flag is one cache line where a message over
+ * (CHORUS_COST_COPY_BYTES_PER_US, algo.h). A flag is one cache line where a message over
  * the shared rings is a framed write and a doorbell: the 2-rank 8-byte allreduce takes 0.42 us
  * against a measured message alpha of 1.6 us, so a stage is priced at a quarter of the
  * intra-host alpha (kept above 0.05 us). */
@@ -295,7 +295,7 @@ static inline double chorus__shm_cost_us(const chorus_cost_ctx_t* cx, double sta
                                          double bytes_moved) {
   double stage_us = cx->intra.alpha_us / 4.0 > 0.05 ? cx->intra.alpha_us / 4.0 : 0.05;
   if (cx->handover_us > stage_us) stage_us = cx->handover_us; /* ranks that share cores */
-  return stages_per_chunk * (double)(nchunks ? nchunks : 1) * stage_us + bytes_moved / 10000.0;
+  return stages_per_chunk * (double)(nchunks ? nchunks : 1) * stage_us + bytes_moved / CHORUS_COST_COPY_BYTES_PER_US;
 }
 
 /* Zero-copy on registered memory (every rank's buffers mapped in every process): one id.
