@@ -26,6 +26,14 @@
 #                   their part run ahead into the next call, which favours schedules that let
 #                   them (on one host, 4 ranks: a 16 B broadcast's chain 1.0 us a call back to
 #                   back, 3.6 alone; the shared-memory one 2.9 and 1.5)
+#   --synced        each call alone and entered by every rank at one moment (chorus-perf -B 2),
+#                   timed to the last rank's exit: a barrier's ranks leave it tens of
+#                   microseconds apart on shared cores, and --isolated counts an early rank's
+#                   wait in its time (4 emulated hosts x 2 ranks, 1 KiB broadcasts: binomial
+#                   105 us and hier 91 alone, 84 and 110 started together). Across emulated
+#                   hosts only for latency-bound sizes: the 500 us margin before each start
+#                   refills the links' tbf buckets (256 KB), so calls of up to about 128 KiB
+#                   cross at the veths' speed instead of the shaped rate
 #   --min BYTES     smallest size [8]
 #   --max BYTES     largest size [64M]
 #   --factor F      size step [8]
@@ -62,6 +70,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=${2:?}; shift ;;
     --launches) launches=1 ;;
     --isolated) isolated=1 ;;
+    --synced) isolated=2 ;;
     --small-reps) small_reps=${2:?}; shift ;;
     --min) min=${2:?}; shift ;;
     --max) max=${2:?}; shift ;;
@@ -134,7 +143,8 @@ run_perf() {
   timeout -k 5 "$run_timeout" "$BUILD/chorus-run" -n "$ranks" "${xs[@]}" "${perf[@]}" >"$log" 2>&1
 }
 
-echo "# sweep of $coll$([ $isolated = 1 ] && echo " (each call alone: a barrier after each)"), $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks ranks, links $rate, numbering $numbering" ||
+echo "# sweep of $coll$([ $isolated = 1 ] && echo " (each call alone: a barrier after each)")$([ $isolated = 2 ] &&
+  echo " (each call alone, entered by every rank at one moment)"), $([ "$hosts" -gt 0 ] && echo "$hosts hosts x $ranks ranks, links $rate, numbering $numbering" ||
   echo "$ranks ranks on one host"), $reps repetitions ($([ $launches = 1 ] && echo "a launch each" ||
   echo "rounds in one job per size band, ${small_reps:-$((4 * reps))} up to 256 KiB")); contenders: auto $algos"
 echo "# start $(date -u '+%Y-%m-%d %H:%M:%S UTC'); uptime: $(uptime)"

@@ -4,8 +4,10 @@
 # element per checked row, exit 1); a failed call (a forced algorithm that does not exist) makes
 # it exit non-zero naming the status; -J writes valid JSON with one object per row; -a A,B,...
 # with -k times several algorithms in one job, leaves out the one that cannot serve a call, and
-# checks every contender's results; -B 1 (a barrier after every timed call) says so in the
-# header and the JSON and checks its results like any run.
+# checks every contender's results; -B 1 (a barrier after every timed call) and -B 2 (calls
+# entered together at a moment rank 0 names) say so in the header and the JSON and check their
+# results like any run, and -B 2 times from that moment, not from when it was named (500 us
+# before).
 set -u
 RUN=${1:?usage: perf_selftest.sh CHORUS_RUN CHORUS_PERF}
 PERF=${2:?missing CHORUS_PERF}
@@ -37,7 +39,7 @@ expect_usage_error '-n needs >= 1' allreduce -n 0
 expect_usage_error '-c needs 0 or 1' allreduce -c 2
 expect_usage_error '-z needs 0 or 1' allreduce -z x
 expect_usage_error '-p needs 0 or 1' allreduce -p 3
-expect_usage_error '-B needs 0 or 1' allreduce -B 2
+expect_usage_error '-B needs 0, 1 or 2' allreduce -B 3
 expect_usage_error 'unknown dtype' allreduce -d float128
 expect_usage_error 'unknown op' allreduce -o xor
 expect_usage_error '-a needs a single collective' all -a ring
@@ -135,5 +137,13 @@ grep -q '| a barrier after each call' "$TMP/out" || fail "-B 1: the header does 
 [ "$(awk '$1 ~ /^[0-9]+$/ && $9 == 0' "$TMP/out" | wc -l)" = 4 ] || fail "-B 1: expected 4 checked rows: $(cat "$TMP/out")"
 grep -q '"isolated": 1' "$TMP/iso.json" || fail "-B 1: the JSON parameters lack \"isolated\": 1"
 ok "-B 1 times each call alone, checked, and says so"
+# -B 2: the same, started together; an 8-byte call takes far less than the 500 us margin.
+run_job -n 3 "$PERF" broadcast -B 2 -r 1 -b 8 -e 4K -f 8 -n 5 -w 1 -J "$TMP/sync.json" >"$TMP/out" 2>"$TMP/err" ||
+  fail "-B 2 run: exit $? ($(cat "$TMP/err"))"
+grep -q '| calls started together' "$TMP/out" || fail "-B 2: the header does not say so: $(grep '^# nranks' "$TMP/out")"
+[ "$(awk '$1 ~ /^[0-9]+$/ && $9 == 0' "$TMP/out" | wc -l)" = 4 ] || fail "-B 2: expected 4 checked rows: $(cat "$TMP/out")"
+grep -q '"isolated": 2' "$TMP/sync.json" || fail "-B 2: the JSON parameters lack \"isolated\": 2"
+awk '$1 == 8 { exit !($6 > 0 && $6 < 400) }' "$TMP/out" || fail "-B 2: an 8-byte call timed outside (0, 400) us: $(cat "$TMP/out")"
+ok "-B 2 starts the calls together, times them from the start, checks them and says so"
 
 echo "perf_selftest: $NCHECKS passed, 0 failed"

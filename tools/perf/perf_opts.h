@@ -70,7 +70,8 @@ typedef struct {
   size_t step_bytes;      /* ...or, when nonzero, grow by this */
   int iters, warmup;
   int check, inplace, nonblocking, corrupt;
-  int isolated; /* -B: a barrier after every timed call, timed apart */
+  int isolated; /* -B: 1, a barrier after every timed call, timed apart; 2, calls entered
+                 * together at a moment on the machine's clock, timed to the last exit */
   int registered; /* -R: buffers from chorus_mem_alloc */
   int dtype_all, op_all;
   chorus_dtype_t dtype;
@@ -110,7 +111,10 @@ static void usage(FILE* out) {
     "  -z 0|1    0: blocking calls; 1: post the i-variant and wait     [0]\n"
     "  -B 0|1    1: a barrier after every timed call, outside its time (each call alone, as\n"
     "            OSU's broadcast and reduce time them; 0: calls back to back, where ranks of a\n"
-    "            rooted collective may run ahead into the next call)   [0]\n"
+    "            rooted collective may run ahead into the next call); 2: each call alone,\n"
+    "            every rank entering it at one moment rank 0 names, timed from then to the\n"
+    "            last rank's exit (ranks that share one clock only: one machine, or hosts\n"
+    "            emulated on one)                                      [0]\n"
     "  -R 0|1    1: buffers from chorus_mem_alloc (registered memory: zero-copy on one host) [0]\n"
     "  -p 0|1    0: out of place; 1: in place (sendrecv: always out of place) [0]\n"
     "  -J FILE   also write the run's parameters and every row as JSON to FILE\n"
@@ -230,7 +234,7 @@ static int parse_flag(int flag, const char* arg, perf_opts_t* o) {
     case 'w': return parse_int(arg, 0, 1 << 30, &o->warmup) ? bad_usage("-w needs >= 0", arg) : 0;
     case 'c': return parse_int(arg, 0, 1, &o->check) ? bad_usage("-c needs 0 or 1", arg) : 0;
     case 'z': return parse_int(arg, 0, 1, &o->nonblocking) ? bad_usage("-z needs 0 or 1", arg) : 0;
-    case 'B': return parse_int(arg, 0, 1, &o->isolated) ? bad_usage("-B needs 0 or 1", arg) : 0;
+    case 'B': return parse_int(arg, 0, 2, &o->isolated) ? bad_usage("-B needs 0, 1 or 2", arg) : 0;
     case 'p': return parse_int(arg, 0, 1, &o->inplace) ? bad_usage("-p needs 0 or 1", arg) : 0;
     case 'R': return parse_int(arg, 0, 1, &o->registered) ? bad_usage("-R needs 0 or 1", arg) : 0;
     case 'x': return parse_int(arg, 0, 1, &o->corrupt) ? bad_usage("-x needs 0 or 1", arg) : 0;
