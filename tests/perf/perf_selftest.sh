@@ -137,13 +137,15 @@ grep -q '| a barrier after each call' "$TMP/out" || fail "-B 1: the header does 
 [ "$(awk '$1 ~ /^[0-9]+$/ && $9 == 0' "$TMP/out" | wc -l)" = 4 ] || fail "-B 1: expected 4 checked rows: $(cat "$TMP/out")"
 grep -q '"isolated": 1' "$TMP/iso.json" || fail "-B 1: the JSON parameters lack \"isolated\": 1"
 ok "-B 1 times each call alone, checked, and says so"
-# -B 2: the same, started together; an 8-byte call takes far less than the 500 us margin.
-run_job -n 3 "$PERF" broadcast -B 2 -r 1 -b 8 -e 4K -f 8 -n 5 -w 1 -J "$TMP/sync.json" >"$TMP/out" 2>"$TMP/err" ||
+# -B 2: the same, started together; an 8-byte call takes far less than the 500 us margin, which
+# a time counted from when the moment was named would include (40 calls: a flake needs 20 ms of
+# preemption in them).
+run_job -n 3 "$PERF" broadcast -B 2 -r 1 -b 8 -e 4K -f 8 -n 40 -w 1 -J "$TMP/sync.json" >"$TMP/out" 2>"$TMP/err" ||
   fail "-B 2 run: exit $? ($(cat "$TMP/err"))"
 grep -q '| calls started together' "$TMP/out" || fail "-B 2: the header does not say so: $(grep '^# nranks' "$TMP/out")"
 [ "$(awk '$1 ~ /^[0-9]+$/ && $9 == 0' "$TMP/out" | wc -l)" = 4 ] || fail "-B 2: expected 4 checked rows: $(cat "$TMP/out")"
 grep -q '"isolated": 2' "$TMP/sync.json" || fail "-B 2: the JSON parameters lack \"isolated\": 2"
-awk '$1 == 8 { exit !($6 > 0 && $6 < 400) }' "$TMP/out" || fail "-B 2: an 8-byte call timed outside (0, 400) us: $(cat "$TMP/out")"
+awk '$1 == 8 { exit !($6 > 0 && $6 < 500) }' "$TMP/out" || fail "-B 2: an 8-byte call timed outside (0, 500) us: $(cat "$TMP/out")"
 ok "-B 2 starts the calls together, times them from the start, checks them and says so"
 
 echo "perf_selftest: $NCHECKS passed, 0 failed"

@@ -380,18 +380,29 @@ static chorus_status_t check_row(perf_ctx_t* ctx, chorus_comm_t* comm, const per
   return chorus_allreduce(&local_wrong, wrong, 1, CHORUS_UINT64, CHORUS_SUM, comm);
 }
 
-/* -B 2: calls started together. Rank 0 names a start time PERF_SYNC_MARGIN_US ahead on the
- * machine's one clock (CLOCK_MONOTONIC), every rank waits for it and enters the call then, and
- * the call's time runs from that moment to the last rank's exit (the synchronized start of
- * ReproMPI and of Hoefler et al.'s window-based timing). After a barrier alone ranks leave it up
- * to tens of microseconds apart on shared cores, and a rank that enters early counts its wait
+/* -B 2: calls started together. After a barrier the ranks agree on a moment PERF_SYNC_MARGIN_US
+ * ahead on the machine's one clock (CLOCK_MONOTONIC), every rank waits for it and enters the call
+ * then, and the call's time runs from that moment to the last rank's exit (the synchronized start
+ * of ReproMPI and of Hoefler et al.'s window-based timing). After a barrier alone ranks leave it
+ * up to tens of microseconds apart on shared cores, and a rank that enters early counts its wait
  * for the others in its own time: small broadcasts on 4 emulated hosts x 2 ranks read up to 1.3x
- * apart in the order opposite to their latencies. A rank that reaches the start time late
- * (busier than the margin) makes its call count as late, reported after the row. */
+ * apart in the order opposite to their latencies. A rank that reaches the moment only after it
+ * passed (the margin was short) is counted, and the row says how many. */
 #define PERF_SYNC_MARGIN_US 500.0
 
 static void wait_until_us(double t) {
   while (now_us() < t) sched_yield();
+}
+
+/* The moment, agreed by a collective other than the one timed, so that a forced algorithm
+ * (CHORUS_ALGO=broadcast:chain) does not carry it: the latest of every rank's proposal. */
+static chorus_status_t agree_on_start(const perf_call_t* c, chorus_comm_t* comm, double* start) {
+  double mine = now_us() + PERF_SYNC_MARGIN_US;
+  if (c->coll == PC_ALLREDUCE) {
+    *start = mine;
+    return chorus_broadcast(start, start, 1, CHORUS_FLOAT64, 0, comm);
+  }
+  return chorus_allreduce(&mine, start, 1, CHORUS_FLOAT64, CHORUS_MAX, comm);
 }
 
 static chorus_status_t time_row_synced(perf_ctx_t* ctx, chorus_comm_t* comm, const perf_call_t* c,
@@ -404,9 +415,8 @@ static chorus_status_t time_row_synced(perf_ctx_t* ctx, chorus_comm_t* comm, con
   chorus_status_t st = CHORUS_OK;
   for (int i = 0; i < ctx->opts.warmup && st >= 0; i++) st = run_call(c, comm, ctx->opts.nonblocking);
   for (int i = 0; i < iters && st >= 0; i++) {
-    st = chorus_barrier(comm); /* rank 0 names the moment once every rank is out of the last call */
-    starts[i] = now_us() + PERF_SYNC_MARGIN_US;
-    if (st >= 0) st = chorus_broadcast(&starts[i], &starts[i], 1, CHORUS_FLOAT64, 0, comm);
+    st = chorus_barrier(comm); /* the moment is named once every rank is out of the last call */
+    if (st >= 0) st = agree_on_start(c, comm, &starts[i]);
     if (st < 0) break;
     if (now_us() > starts[i]) my_late++;
     wait_until_us(starts[i]);
@@ -422,9 +432,33 @@ static chorus_status_t time_row_synced(perf_ctx_t* ctx, chorus_comm_t* comm, con
   return st;
 }
 
+/* -B 2 compares clock readings of every rank: only ranks of one machine (one boot, one
+ * CLOCK_MONOTONIC) may take part; across machines a rank would wait for a moment hours away.
+ * 0 when they share it (the same boot id on every rank), -1 (rank 0 says why) otherwise. */
+static int check_one_clock(perf_ctx_t* ctx) {
+  char id[64] = "";
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(id, sizeof id, f)) id[0] = '\0';
+    fclose(f);
+  }
+  uint64_t h = 1469598103934665603ull;
+  for (const char* p = id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  uint64_t lo = 0, hi = 0;
+  chorus_status_t st = chorus_allreduce(&h, &lo, 1, CHORUS_UINT64, CHORUS_MIN, ctx->comm);
+  if (st >= 0) st = chorus_allreduce(&h, &hi, 1, CHORUS_UINT64, CHORUS_MAX, ctx->comm);
+  if (st >= 0 && lo == hi && id[0]) return 0;
+  if (ctx->rank == 0)
+    fprintf(stderr, "chorus-perf: -B 2 needs every rank on one machine (one clock): %s\n",
+            st < 0 ? chorus_status_name(st) : !id[0] ? "cannot read /proc/sys/kernel/random/boot_id"
+                                                     : "the ranks run on machines of different boot ids");
+  return -1;
+}
+
 /* Times warmup + iters calls; *time_us gets the average per call, maximum over ranks. With -B
  * every call is followed by a barrier that is not timed, so each call starts with every rank
- * ready and no rank overlaps it with the next one; -B 2 starts them together (above). */
+ * ready and no rank overlaps it with the next one; -B 2 starts them together and gets the
+ * average over calls of each call's time to its last exit (above). */
 static chorus_status_t time_row(perf_ctx_t* ctx, chorus_comm_t* comm, const perf_call_t* c,
                                 double* time_us) {
   if (ctx->opts.isolated == 2) {
@@ -538,10 +572,13 @@ static int run_row(perf_ctx_t* ctx, perf_coll_t coll, chorus_dtype_t dtype, chor
     }
   }
   if (ctx->rank == 0 && ctx->opts.rounds > 1) print_rounds(ctx, coll, size_bytes);
-  if (ctx->rank == 0 && ctx->late_calls)
+  if (ctx->rank == 0 && ctx->late_calls) {
+    long long timed = 0;
+    for (int k = 0; k < ctx->ncontenders; k++) timed += !ctx->contender[k].skipped;
     printf("# %zu: %llu of %lld rank-calls reached their start time late (the %.0f us margin was short)\n", size_bytes,
-           (unsigned long long)ctx->late_calls,
-           (long long)ctx->opts.iters * ctx->nranks * ctx->opts.rounds * ctx->ncontenders, PERF_SYNC_MARGIN_US);
+           (unsigned long long)ctx->late_calls, timed * ctx->opts.iters * ctx->nranks * ctx->opts.rounds,
+           PERF_SYNC_MARGIN_US);
+  }
   return 0;
 }
 
@@ -688,6 +725,10 @@ int main(int argc, char** argv) {
   if (ctx.opts.ncontenders == 1 && strcmp(ctx.opts.contenders[0], "auto") != 0)
     force_algo(&ctx.opts, ctx.opts.contenders[0], NULL);
   if (setup(&ctx) != 0 || make_contenders(&ctx) != 0) return teardown(&ctx, 1), 1;
+  if (ctx.opts.isolated == 2 && check_one_clock(&ctx) != 0) {
+    chorus_barrier(ctx.comm); /* let rank 0 say why before chorus-run stops the job */
+    return teardown(&ctx, 0), EXIT_BAD_USAGE;
+  }
   if (ctx.opts.root >= ctx.nranks) {
     if (ctx.rank == 0) {
       fprintf(stderr, "chorus-perf: -r %d: only %d ranks\n", ctx.opts.root, ctx.nranks);

@@ -109,10 +109,10 @@ static void usage(FILE* out) {
     "  -k N      rounds: time each size N times (per algorithm, in turns); the row shows the\n"
     "            median and a \"# rounds\" line every round's time                [1]\n"
     "  -z 0|1    0: blocking calls; 1: post the i-variant and wait     [0]\n"
-    "  -B 0|1    1: a barrier after every timed call, outside its time (each call alone, as\n"
+    "  -B 0|1|2  1: a barrier after every timed call, outside its time (each call alone, as\n"
     "            OSU's broadcast and reduce time them; 0: calls back to back, where ranks of a\n"
     "            rooted collective may run ahead into the next call); 2: each call alone,\n"
-    "            every rank entering it at one moment rank 0 names, timed from then to the\n"
+    "            every rank entering it at one moment the ranks agree on, timed from then to the\n"
     "            last rank's exit (ranks that share one clock only: one machine, or hosts\n"
     "            emulated on one)                                      [0]\n"
     "  -R 0|1    1: buffers from chorus_mem_alloc (registered memory: zero-copy on one host) [0]\n"
@@ -122,7 +122,8 @@ static void usage(FILE* out) {
     "  -h        this help\n"
     "size: bytes of the largest buffer per rank (allgather, gather: the receive buffer;\n"
     "reduce_scatter, scatter, alltoall: the send buffer); count = size / dtype size. Sizes that\n"
-    "do not divide evenly are skipped. time: average per iteration, maximum over ranks.\n"
+    "do not divide evenly are skipped. time: average per iteration, maximum over ranks (-B 2:\n"
+    "the average over calls of each call's time to its last rank's exit).\n"
     "Exit status: 0 when every row has #wrong 0; 1 after wrong results or a failed call;\n"
     "2 for bad usage.\n");
 }

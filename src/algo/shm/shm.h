@@ -121,7 +121,7 @@ static inline size_t chorus__shm_chunk_elems(const chorus_task_t* t, size_t byte
  * us in place, against 74-86 for a message). Places follow the id, not the chunk's index in its
  * op, so that calls back to back write other lines than the reader just read: writing the lines
  * the other core holds costs an invalidation each, and with every call at place 0, 16-64 KiB
- * broadcasts took 1.1-1.3x a message's time (now 0.9-1.05x). Chunk k may be written once every
+ * broadcasts took 1.1-1.3x a message's time (now 0.9-1.07x). Chunk k may be written once every
  * rank has read chunk k - D of the op (the same place) and every chunk of the operations before
  * it (DONE >= base): those may have used the slots as two halves. The writer returns only once
  * its last chunk is read, so that the operations after it find the places free. */
@@ -152,7 +152,10 @@ static inline char* chorus__shm_op_slot(const chorus_task_t* t, const chorus_shm
  * rounded up to CHORUS_SHM_ROTATE_ALIGN), as the rings of point-to-point messages do: by then
  * the readers' copies have left their caches. Every rank derives the place from the op's first
  * id, so they agree; the slot's free test covers the whole slot, so any place is free when it
- * is. Ops of several chunks fill their slots and stay at 0. */
+ * is. The others stay at 0: ops of several chunks (they fill their slots), and those whose
+ * footprint is under 16 KiB (fresh lines cost more than the invalidations they save: 2 ranks, 1
+ * KiB allreduce, 0.87 -> 2.05 us) or over 128 KiB (their places outgrow the private caches: 256
+ * KiB allreduce, 30 -> 35 us), or over half a slot. */
 #define CHORUS_SHM_ROTATE_ALIGN 256u
 #define CHORUS_SHM_ROTATE_MIN_BYTES (16u * 1024u)
 #define CHORUS_SHM_ROTATE_MAX_BYTES (128u * 1024u)
