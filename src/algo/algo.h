@@ -128,15 +128,16 @@ static inline int chorus__cost_rounds_inside_hosts(const chorus_cost_ctx_t* cx, 
 }
 
 /* What a message between two ranks of one host waits beyond its transfer when ranks share
- * cores across hosts (shared_cores in tune.c): its receiver runs once the core's other ranks have
- * had their turn, machine_oversub - 1 of them (of the handover_spin_us that a wait through a
- * whole round of the core costs). 0 elsewhere. Hosts of 1+2+3 ranks on 2 CPUs (3 ranks a CPU):
- * broadcasts of 16 B - 12 KiB went to the chain, priced without it, at 1.8-3.1x hier's time (its
- * 3 hops inside hosts on the critical path, against one spread per host). With 2 ranks a CPU
- * (3+1) such hops cost less than this: 16 B reduces there now take hier, at 1.3x the chain. */
+ * cores across hosts (shared_cores in tune.c): its receiver runs once the core has gone round
+ * its ranks, the handover_spin_us of a latency-bound wait. 0 elsewhere. Hosts of 1+2+3 ranks on
+ * 2 CPUs (3 ranks a CPU): broadcasts of 16 B - 12 KiB went to the chain, priced without it, at
+ * 1.8-3.1x hier's time (its 3 hops inside hosts on the critical path, against one spread per
+ * host). Priced at the others' turns only ((oversub - 1) / oversub of a round), hosts of 3+1
+ * ranks sent 16 B reduces to the chain whenever the probe's intra-host alpha read near 1 us,
+ * where calls started together (chorus-perf -B 2) took 33-36 us on the chain's two hops against
+ * hier's 27-32. */
 static inline double chorus__cost_inhost_turn_us(const chorus_cost_ctx_t* cx) {
-  if (cx->machine_oversub <= 1.0) return 0.0;
-  return cx->handover_spin_us * (cx->machine_oversub - 1.0) / cx->machine_oversub;
+  return cx->machine_oversub > 1.0 ? cx->handover_spin_us : 0.0;
 }
 
 /* Bytes a rank copies per microsecond inside its own memory while they stay in the caches (a
