@@ -128,17 +128,15 @@ static inline int chorus__cost_rounds_inside_hosts(const chorus_cost_ctx_t* cx, 
 }
 
 /* What a message between two ranks of one host waits beyond its transfer when ranks share
- * cores across hosts (shared_cores in tune.c): its receiver runs once the core has gone round
- * its ranks, the handover_spin_us of a latency-bound wait. 0 elsewhere. Hosts of 1+2+3 ranks on
+ * cores across hosts: its receiver runs once the core has gone round its ranks, the
+ * handover_spin_us of a latency-bound wait (tune.c sets it only then; 0 elsewhere). Hosts of 1+2+3 ranks on
  * 2 CPUs (3 ranks a CPU): broadcasts of 16 B - 12 KiB went to the chain, priced without it, at
  * 1.8-3.1x hier's time (its 3 hops inside hosts on the critical path, against one spread per
  * host). Priced at the others' turns only ((oversub - 1) / oversub of a round), hosts of 3+1
  * ranks sent 16 B reduces to the chain whenever the probe's intra-host alpha read near 1 us,
  * where calls started together (chorus-perf -B 2) took 33-36 us on the chain's two hops against
  * hier's 27-32. */
-static inline double chorus__cost_inhost_turn_us(const chorus_cost_ctx_t* cx) {
-  return cx->machine_oversub > 1.0 ? cx->handover_spin_us : 0.0;
-}
+static inline double chorus__cost_inhost_turn_us(const chorus_cost_ctx_t* cx) { return cx->handover_spin_us; }
 
 /* Bytes a rank copies per microsecond inside its own memory while they stay in the caches (a
  * read and a write each; ~10 GB/s on these machines): the memory-semantics schedules' copies

@@ -38,7 +38,7 @@ static inline size_t chorus__chain_chunk_bytes(size_t bytes, size_t unit) {
  * inside them): the first chunk through every hop, then C - 1 more over the slowest link, the
  * start-ups of the window's chunks in flight overlapping its transfers:
  *   T = X (a2 + S/b2) + (n-1-X) (a1 + h + S/b1) + (C-1) (a2/W + S/b2); 0 for n = 1,
- * h the turn of ranks that share cores (algo.h, chorus__cost_inhost_turn_us): the first chunk
+ * h a round of a core that ranks share (algo.h, chorus__cost_inhost_turn_us): the first chunk
  * moves on from each rank of a host only once that rank has its turn on a core.
  * Priced with every hop crossing hosts and one chunk of up to 256 KiB, broadcasts of 64 KiB -
  * 64 MiB on 4 emulated hosts x 2 ranks went to hier's trees at 1.9-2.0x the chain's time. Calls
