@@ -226,14 +226,18 @@ ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov
   }
 }
 
-/* Bytes read, 0 when nothing is there yet, -EPIPE when the peer closed, -errno on failure. A
- * short read emptied the socket (TCP returns less only when nothing more is queued): the next
- * byte to arrive brings an EPOLLIN edge. Not so when it stopped at the peer's FIN or at a reset
- * whose edge was already counted: no edge follows, and the next read must make the syscall that
- * reports it (peer_closed is set before such an edge is counted, wait.c). */
-ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len) {
-  uint64_t edges = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE);
-  if (edges == s->rx_empty_at) return 0;
+/* Reads of fewer bytes go through the stream's stage: a frame header (48 bytes) asks the socket
+ * for this many, which brings a small message's payload along (a 4 KiB frame in one syscall
+ * instead of a header, a payload and a read that finds the socket empty). Larger reads go
+ * straight to their destination; at most this much of a large payload is copied once more. */
+#define CHORUS_TCP_STAGE_BYTES (16u * 1024u)
+
+/* One recv into buf: bytes, 0 when the socket is empty, -EPIPE when the peer closed, -errno on
+ * failure. A short read emptied the socket (TCP returns less only when nothing more is
+ * queued): the next byte to arrive brings an EPOLLIN edge. Not so when it stopped at the peer's
+ * FIN or at a reset whose edge was already counted: no edge follows, and the next read must make
+ * the syscall that reports it (peer_closed is set before such an edge is counted, wait.c). */
+static ssize_t socket_read(chorus_stream_t* s, void* buf, size_t len, uint64_t edges) {
   for (;;) {
     ssize_t n = recv(s->fd, buf, len, MSG_DONTWAIT);
     if (n > 0) {
@@ -246,4 +250,24 @@ ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len) {
     s->rx_empty_at = edges;
     return 0;
   }
+}
+
+/* Bytes read, 0 when nothing is there yet, -EPIPE when the peer closed (after every byte it
+ * sent), -errno on failure. */
+ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len) {
+  if (!chorus__tcp_rx_staged(s)) {
+    uint64_t edges = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE);
+    if (edges == s->rx_empty_at) return 0;
+    if (len >= CHORUS_TCP_STAGE_BYTES) return socket_read(s, buf, len, edges);
+    if (!s->rx_stage) s->rx_stage = malloc(CHORUS_TCP_STAGE_BYTES);
+    if (!s->rx_stage) return socket_read(s, buf, len, edges); /* slower, still correct */
+    ssize_t n = socket_read(s, s->rx_stage, CHORUS_TCP_STAGE_BYTES, edges);
+    if (n <= 0) return n;
+    s->rx_stage_off = 0;
+    s->rx_stage_len = (uint32_t)n;
+  }
+  size_t avail = s->rx_stage_len - s->rx_stage_off, n = len < avail ? len : avail;
+  memcpy(buf, s->rx_stage + s->rx_stage_off, n);
+  s->rx_stage_off += (uint32_t)n;
+  return (ssize_t)n;
 }

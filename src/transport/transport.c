@@ -668,6 +668,7 @@ void chorus__transport_destroy(chorus_transport_t* tp) {
         drop_received(tp, &peer->socks[i]);
         free(peer->socks[i].ctl);
         free(peer->socks[i].cts);
+        free(peer->socks[i].rx_stage);
       }
       free(peer->socks);
       chorus__xq_free(&peer->self_sendq);

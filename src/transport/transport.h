@@ -64,6 +64,11 @@ typedef struct chorus_stream {
    * incoming message's edge). */
   uint64_t rx_edges, rx_empty_at;
   uint64_t tx_edges, tx_full_at;
+  /* Bytes read from fd ahead of the reader: a read of fewer than CHORUS_TCP_STAGE_BYTES asks the
+   * socket for that many here (tcp.c), so that a small frame's header and payload, and often
+   * the next frame's header, come in one syscall. Allocated at the first such read. */
+  char* rx_stage;
+  uint32_t rx_stage_off, rx_stage_len;
   /* Control (status) frames to write on fd: on a TCP stream between data frames, on a
    * shared-memory stream's idle socket at any time. ctl_off: bytes of the first one written. */
   chorus_frame_hdr_t* ctl;
@@ -243,16 +248,21 @@ ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov
 ssize_t chorus__tcp_read(chorus_stream_t* s, void* buf, size_t len);
 
 /* The readiness counters (see chorus_stream_t). */
+static inline int chorus__tcp_rx_staged(const chorus_stream_t* s) { return s->rx_stage_off < s->rx_stage_len; }
 static inline int chorus__tcp_rx_ready(const chorus_stream_t* s) {
-  return __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE) != s->rx_empty_at;
+  return chorus__tcp_rx_staged(s) || __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE) != s->rx_empty_at;
 }
 static inline int chorus__tcp_tx_ready(const chorus_stream_t* s) {
   return __atomic_load_n(&s->tx_edges, __ATOMIC_ACQUIRE) != s->tx_full_at;
 }
 static inline void chorus__tcp_edge_rx(chorus_stream_t* s) { __atomic_add_fetch(&s->rx_edges, 1, __ATOMIC_RELEASE); }
 static inline void chorus__tcp_edge_tx(chorus_stream_t* s) { __atomic_add_fetch(&s->tx_edges, 1, __ATOMIC_RELEASE); }
-/* Nothing more to read until the next edge (a closed or shut socket). */
-static inline void chorus__tcp_rx_idle(chorus_stream_t* s) { s->rx_empty_at = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE); }
+/* Nothing more to read until the next edge (a closed or shut socket): what was read ahead is
+ * dropped too. */
+static inline void chorus__tcp_rx_idle(chorus_stream_t* s) {
+  s->rx_empty_at = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE);
+  s->rx_stage_off = s->rx_stage_len = 0;
+}
 
 /* Queue helpers. */
 int chorus__xq_push(chorus_xfer_queue_t* q, chorus_xfer_t* x);

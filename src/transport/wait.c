@@ -13,9 +13,10 @@
  * looks at the sockets for peers that hung up. */
 #define SHM_LIVENESS_MS 20
 
-/* Which kinds of streams have transfers waiting; whether a shared one could move now. */
-static void pending_kinds(const chorus_transport_t* tp, int* tcp, int* shm, int* shm_ready) {
-  *tcp = *shm = *shm_ready = 0;
+/* Which kinds of streams have transfers waiting; whether one could move now (a shared ring
+ * with bytes or room, a socket's bytes already read ahead). */
+static void pending_kinds(const chorus_transport_t* tp, int* tcp, int* shm, int* ready) {
+  *tcp = *shm = *ready = 0;
   for (int p = 0; p < tp->nranks; p++) {
     const chorus_peer_t* peer = &tp->peers[p];
     for (int i = 0; i < peer->nsocks; i++) {
@@ -24,12 +25,13 @@ static void pending_kinds(const chorus_transport_t* tp, int* tcp, int* shm, int*
       if (!reads && !sends) continue;
       if (!s->is_shm) {
         *tcp = 1;
+        if (reads && chorus__tcp_rx_staged(s)) *ready = 1; /* read ahead: no edge will come */
         continue;
       }
       *shm = 1;
-      if (reads && (!chorus__shm_ring_empty(s->rx_ring) || s->peer_closed)) *shm_ready = 1;
+      if (reads && (!chorus__shm_ring_empty(s->rx_ring) || s->peer_closed)) *ready = 1;
       if (sends && (chorus__shm_ring_space(s->tx_ring, tp->shm.ring_bytes) || s->peer_closed))
-        *shm_ready = 1;
+        *ready = 1;
     }
   }
 }
@@ -73,26 +75,26 @@ static int local_peers_wake_epoll(chorus_transport_t* tp) {
 }
 
 void chorus__transport_wait(chorus_transport_t* tp, int timeout_ms, uint32_t seen) {
-  int tcp, shm, shm_ready;
-  pending_kinds(tp, &tcp, &shm, &shm_ready);
+  int tcp, shm, ready;
+  pending_kinds(tp, &tcp, &shm, &ready);
   if (!tp->my_bell) {
-    chorus__transport_collect_events(tp, timeout_ms);
+    chorus__transport_collect_events(tp, ready ? 0 : timeout_ms);
     return;
   }
   if (tcp) {
     /* Sockets, and maybe shared memory (rings, or flags of a memory-semantics phase that this
      * function cannot see): epoll, with the doorbell switched to wake it there. */
     if (local_peers_wake_epoll(tp)) {
-      int ms = shm_ready || !chorus__shm_bell_arm_epoll(tp->my_bell, seen) ? 0 : timeout_ms;
+      int ms = ready || !chorus__shm_bell_arm_epoll(tp->my_bell, seen) ? 0 : timeout_ms;
       chorus__transport_collect_events(tp, ms);
     } else { /* no way to be woken from epoll: look at shared memory every millisecond */
-      chorus__transport_collect_events(tp, timeout_ms < 1 ? timeout_ms : 1);
+      chorus__transport_collect_events(tp, ready || timeout_ms < 1 ? 0 : 1);
     }
     chorus__transport_disarm(tp);
     return;
   }
   /* Shared-memory transfers, or a memory-semantics collective polling flags: the doorbell. */
-  if (!shm_ready) {
+  if (!ready) {
     int ms = timeout_ms < SHM_LIVENESS_MS ? timeout_ms : SHM_LIVENESS_MS;
     chorus__shm_bell_wait(tp->my_bell, seen, ms);
   }

@@ -5,7 +5,8 @@
  * counted while a socket is still ready keeps it so; the transport's own epoll collection (wait.c)
  * counts the edges the kernel gives, so data that arrives after the socket was found empty is
  * read; a short read that stopped at the peer's FIN leaves the socket ready, so the next read
- * reports the close; the counters do not wrap into "full" or "empty"; and a sleeper in epoll on another thread wakes for bytes written after a reader found
+ * reports the close; small reads are served from bytes read ahead in one syscall, which come
+ * before a close; the counters do not wrap into "full" or "empty"; and a sleeper in epoll on another thread wakes for bytes written after a reader found
  * the socket empty (many rounds, nothing lost).
  */
 #include <arpa/inet.h>
@@ -13,6 +14,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -51,6 +53,7 @@ TEST(empty_read_waits_for_an_edge) {
   ASSERT_EQ(memcmp(buf, "abc", 3), 0);
   ASSERT_TRUE(!chorus__tcp_rx_ready(&s));
   close(fds[0]);
+  free(s.rx_stage);
   close(fds[1]);
 }
 
@@ -58,17 +61,62 @@ TEST(full_read_stays_ready) {
   int fds[2];
   make_pair(fds);
   chorus_stream_t s = stream_on(fds[0]);
-  char buf[4];
-  ASSERT_EQ(write(fds[1], "abcdefgh", 8), 8);
-  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 4); /* all it asked for: more may be queued */
+  static char block[1 << 16], buf[1 << 15];
+  for (size_t i = 0; i < sizeof(block); i++) block[i] = (char)(i * 7 + 1);
+  ASSERT_EQ(write(fds[1], block, sizeof(block)), (ssize_t)sizeof(block));
+  ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), (ssize_t)sizeof(buf)); /* all it asked for: more may be queued */
   ASSERT_TRUE(chorus__tcp_rx_ready(&s));
-  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 4);
-  ASSERT_EQ(memcmp(buf, "efgh", 4), 0);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+  ASSERT_EQ(memcmp(buf, block + sizeof(buf), sizeof(buf)), 0);
   ASSERT_TRUE(chorus__tcp_rx_ready(&s));
-  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 0);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), 0);
   ASSERT_TRUE(!chorus__tcp_rx_ready(&s));
   close(fds[0]);
   close(fds[1]);
+  free(s.rx_stage);
+}
+
+/* A small read takes what the socket holds into the stream's stage in one syscall: the next
+ * small reads are served from there, and the short fill already told that the socket is empty. */
+TEST(small_reads_come_from_the_stage) {
+  int fds[2];
+  make_pair(fds);
+  chorus_stream_t s = stream_on(fds[0]);
+  char buf[4];
+  ASSERT_EQ(write(fds[1], "abcdefghij", 10), 10);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 4);
+  ASSERT_EQ(memcmp(buf, "abcd", 4), 0);
+  ASSERT_TRUE(chorus__tcp_rx_ready(&s)); /* bytes read ahead: ready without an edge */
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 4);
+  ASSERT_EQ(memcmp(buf, "efgh", 4), 0);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 2); /* the rest of the stage, nothing more */
+  ASSERT_EQ(memcmp(buf, "ij", 2), 0);
+  ASSERT_TRUE(!chorus__tcp_rx_ready(&s));
+  ASSERT_EQ(write(fds[1], "kl", 2), 2);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 0); /* no edge yet: no syscall */
+  chorus__tcp_edge_rx(&s);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 2);
+  ASSERT_EQ(memcmp(buf, "kl", 2), 0);
+  /* A large read after bytes were staged gets the staged ones first, in order. */
+  ASSERT_EQ(write(fds[1], "mnop", 4), 4);
+  chorus__tcp_edge_rx(&s);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 1), 1);
+  ASSERT_EQ(buf[0], 'm');
+  static char big[1 << 16];
+  ASSERT_EQ(chorus__tcp_read(&s, big, sizeof(big)), 3);
+  ASSERT_EQ(memcmp(big, "nop", 3), 0);
+  /* Bytes staged before the peer closed come before the close is reported. */
+  ASSERT_EQ(write(fds[1], "qrs", 3), 3);
+  close(fds[1]);
+  chorus__tcp_edge_rx(&s);
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 1), 1);
+  ASSERT_EQ(buf[0], 'q');
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), 2);
+  ASSERT_EQ(memcmp(buf, "rs", 2), 0);
+  chorus__tcp_edge_rx(&s); /* the FIN's edge */
+  ASSERT_EQ(chorus__tcp_read(&s, buf, 4), -EPIPE);
+  close(fds[0]);
+  free(s.rx_stage);
 }
 
 TEST(closed_peer_reads_as_epipe_after_its_edge) {
@@ -82,6 +130,7 @@ TEST(closed_peer_reads_as_epipe_after_its_edge) {
   chorus__tcp_edge_rx(&s);
   ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), -EPIPE);
   close(fds[0]);
+  free(s.rx_stage);
 }
 
 TEST(full_write_waits_for_an_edge) {
@@ -159,6 +208,7 @@ TEST(short_read_at_the_peers_fin_still_reports_the_close) {
   ASSERT_EQ(chorus__tcp_read(&s, buf, sizeof(buf)), -EPIPE);
   epoll_ctl(tp.epfd, EPOLL_CTL_DEL, fds[0], NULL);
   close(fds[0]);
+  free(s.rx_stage);
   chorus__transport_destroy(&tp);
 }
 
@@ -179,6 +229,7 @@ TEST(counters_do_not_wrap_into_full_or_empty) {
   ASSERT_EQ(read(fds[1], &c, 1), 1);
   ASSERT_EQ(c, 'x');
   close(fds[0]);
+  free(s.rx_stage);
   close(fds[1]);
 }
 
@@ -202,6 +253,7 @@ TEST(collected_epoll_edges_make_a_stream_ready) {
   ASSERT_EQ(memcmp(buf, "hello", 5), 0);
   epoll_ctl(tp.epfd, EPOLL_CTL_DEL, fds[0], NULL);
   close(fds[0]);
+  free(s.rx_stage);
   close(fds[1]);
   chorus__transport_destroy(&tp);
 }
@@ -256,6 +308,7 @@ TEST(no_edge_is_lost_to_a_sleeping_thread) {
   ASSERT_TRUE(worst < 2.0);
   epoll_ctl(r.tp.epfd, EPOLL_CTL_DEL, fds[0], NULL);
   close(fds[0]);
+  free(r.s.rx_stage);
   close(fds[1]);
   chorus__transport_destroy(&r.tp);
 }
