@@ -24,7 +24,8 @@
 #                     receives at once), against chorus-perf allreduce 256 MiB with
 #                     CHORUS_NSOCKS_PER_PEER 1 and 4, alternating (--reps, --timeout-sec apply),
 #                     with Chorus's defaults (rows chorus_*) and with CHORUS_SOCKET_CC=system, the
-#                     hosts' own congestion control (rows chorussys_*)
+#                     hosts' own congestion control (rows chorussys_*); each repetition starts
+#                     one contender further on in that list
 #   --cc NAME         with --line-rate: the hosts' default TCP congestion control (the
 #                     namespaces' net.ipv4.tcp_congestion_control) for every contender
 #   --no-install      do not apt-get install missing packages (missing contenders are skipped)
@@ -237,8 +238,11 @@ if [ $line_rate = 1 ]; then
     tee "$out/cc.txt" >&2
   echo "rep,contender,gbit_per_s" >"$csv"
   b=$((256 << 20))
+  read -r -a line_list <<<"$line_rows"
   for ((rep = 1; rep <= reps; rep++)); do
-    for c in $line_rows; do
+    # Each repetition starts one contender further on, so that none always follows the same one.
+    start=$(((rep - 1) % ${#line_list[@]}))
+    for c in "${line_list[@]:start}" "${line_list[@]:0:start}"; do
       log=$out/raw/line.$c.rep$rep.log
       case $c in
         iperf3_* | iperf3bidir_*)
