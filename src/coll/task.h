@@ -124,6 +124,10 @@ typedef struct {
  * hash, recvcount|variant. */
 #define CHORUS_SIG_WORDS 5
 
+/* A same-host task's zero-copy variant (chorus_task_t.variant): none, registered memory, or
+ * single-copy reads (process_vm_readv). */
+enum { CHORUS_VARIANT_STAGED = 0, CHORUS_VARIANT_ZC = 1, CHORUS_VARIANT_CMA = 2 };
+
 typedef struct chorus_task {
   chorus_coll_args_t args;
   struct chorus_comm* comm;
@@ -161,8 +165,10 @@ typedef struct chorus_task {
   /* Room for a small state, so that a small call allocates nothing (algorithms may point
    * state here instead of allocating). */
   _Alignas(16) unsigned char state_space[64];
-  /* Zero-copy (registered memory): set by chorus__conn_zc_eligible; part of the signature, so
-   * ranks that disagree get ERR_MISMATCH. zc: send window, send offset, recv window, offset. */
+  /* Zero-copy: CHORUS_VARIANT_ZC (registered memory, set by chorus__conn_zc_eligible; zc: send
+   * window, send offset, recv window, offset) or CHORUS_VARIANT_CMA (single-copy reads, set by
+   * chorus__conn_cma_use; zc: send and receive addresses); part of the signature, so ranks that
+   * disagree get ERR_MISMATCH. */
   uint32_t variant;
   uint64_t zc[4];
   /* Its signature as published in the host's control block (computed once, when it starts). */

@@ -192,7 +192,7 @@ static chorus_status_t read_tcp_cc(chorus_comm_t* comm, char* err, size_t errlen
 chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg) {
   chorus__log_init();
   char err[300] = "";
-  enum { NINT = 14 };
+  enum { NINT = 15 };
   int64_t v[NINT];
   static const chorus_param_id_t ids[NINT] = {CHORUS_PARAM_TIMEOUT_SEC, CHORUS_PARAM_CONNECT_TIMEOUT_SEC,
                                               CHORUS_PARAM_RETRY_COUNT, CHORUS_PARAM_NSOCKS_PER_PEER,
@@ -200,7 +200,8 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
                                               CHORUS_PARAM_SHM_DISABLE, CHORUS_PARAM_SHM_BUFF_SIZE,
                                               CHORUS_PARAM_SHM_SLOT_SIZE, CHORUS_PARAM_SHM_STREAM_BYTES,
                                               CHORUS_PARAM_P2P_EAGER_BYTES, CHORUS_PARAM_P2P_UNEXPECTED_BYTES,
-                                              CHORUS_PARAM_GROUP_FUSE_BYTES, CHORUS_PARAM_COMPRESSION_MIN_BYTES};
+                                              CHORUS_PARAM_GROUP_FUSE_BYTES, CHORUS_PARAM_COMPRESSION_MIN_BYTES,
+                                              CHORUS_PARAM_SHM_SINGLE_COPY};
   for (int i = 0; i < NINT; i++) {
     chorus_status_t st = chorus__param_int(ids[i], &v[i], err, sizeof(err));
     if (st < 0) {
@@ -224,6 +225,7 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->p2p_unexpected_bytes = (size_t)v[11];
   comm->group_fuse_bytes = v[12] < 0 ? GROUP_FUSE_BY_TOPOLOGY : (size_t)v[12];
   comm->compression_min_bytes = (size_t)v[13];
+  comm->shm_single_copy = (int)v[14];
   if (cfg) {
     if (cfg->size < sizeof(size_t) + sizeof(unsigned) || cfg->version / 10000 != CHORUS_VERSION_MAJOR) {
       chorus__comm_set_error(comm, "chorus_config_t was not initialised with CHORUS_CONFIG_INIT");
@@ -387,7 +389,7 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
     st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->tcp_cc, comm->secret, deadline);
   if (st >= 0 && comm->shm_enabled)
     st = chorus__transport_setup_shm(&comm->tp, chorus__topo_host_group(&comm->topo, comm->topo.host_of[comm->rank], comm->rank),
-                                     comm->shm_ring_bytes, comm->shm_slot_bytes, deadline);
+                                     comm->shm_ring_bytes, comm->shm_slot_bytes, comm->shm_single_copy, deadline);
   if (st < 0) {
     if (st == CHORUS_ERR_NO_MEMORY && !comm->tp.err[0]) snprintf(comm->tp.err, sizeof(comm->tp.err), "out of memory");
     chorus__comm_set_error(comm, "%s", comm->tp.err);

@@ -56,6 +56,7 @@ struct chorus_comm {
   size_t shm_slot_bytes;
   size_t shm_stream_bytes; /* calls that read and write this many bytes of a rank's buffers or more
                               stream their output (core/cache.c); 0: never */
+  int shm_single_copy;     /* CHORUS_SHM_SINGLE_COPY: peers' buffers may be read with process_vm_readv */
   size_t p2p_eager_bytes;      /* point-to-point messages up to this size go without rendezvous */
   size_t p2p_unexpected_bytes; /* bound on buffered unexpected messages (match.h) */
   size_t group_fuse_bytes;     /* largest fused group operation (coll/group.c); 0: none */

@@ -5,9 +5,12 @@
  * checks, the transfer queues, the memory-semantics calls and the operation signatures that
  * same-host ranks publish (verdict.c writes the verdict after a timeout from them).
  */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "core/comm.h"
 #include "core/sysfile.h"
@@ -406,14 +409,14 @@ int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_byt
                              size_t recv_bytes) {
   chorus_window_t* list = tp_of(t)->windows;
   if (!list) { /* nothing registered: the common case, answered at once */
-    t->variant = 0;
+    t->variant = CHORUS_VARIANT_STAGED;
     return 0;
   }
   size_t soff = 0, roff = 0;
   chorus_window_t* sw = send_bytes ? chorus__window_find(list, send, send_bytes, &soff) : NULL;
   chorus_window_t* rw = recv_bytes ? chorus__window_find(list, recv, recv_bytes, &roff) : NULL;
   int ok = list && (!send_bytes || sw) && (!recv_bytes || rw);
-  t->variant = ok;
+  t->variant = ok ? CHORUS_VARIANT_ZC : CHORUS_VARIANT_STAGED;
   t->zc[0] = sw ? sw->index : UINT64_MAX;
   t->zc[1] = soff;
   t->zc[2] = rw ? rw->index : UINT64_MAX;
@@ -437,6 +440,38 @@ static char* zc_peer(chorus_task_t* t, int local, int which) {
 
 char* chorus__conn_zc_send(chorus_task_t* t, int local) { return zc_peer(t, local, 0); }
 char* chorus__conn_zc_recv(chorus_task_t* t, int local) { return zc_peer(t, local, 1); }
+
+/* ---- single-copy reads of a local peer's memory ---- */
+
+int chorus__conn_cma_avail(const chorus_task_t* t) { return tp_of(t)->shm.cma; }
+
+void chorus__conn_cma_use(chorus_task_t* t, const void* send, void* recv) {
+  t->variant = CHORUS_VARIANT_CMA;
+  t->zc[0] = (uint64_t)(uintptr_t)send;
+  t->zc[1] = 0;
+  t->zc[2] = (uint64_t)(uintptr_t)recv;
+  t->zc[3] = 0;
+}
+
+chorus_status_t chorus__conn_cma_read_send(chorus_task_t* t, int local, size_t off, void* dst, size_t len) {
+  chorus_transport_t* tp = tp_of(t);
+  int32_t pid = __atomic_load_n(&chorus__shm_bell(&tp->shm, local)->pid, __ATOMIC_RELAXED);
+  uint64_t at = __atomic_load_n(&chorus__conn_shm_ctl(t, local)->zc[0], __ATOMIC_RELAXED) + off;
+  size_t done = 0;
+  while (done < len) { /* a read may stop short (at a page the kernel could not pin at once) */
+    struct iovec mine = {(char*)dst + done, len - done}, theirs = {(void*)(uintptr_t)(at + done), len - done};
+    ssize_t n = process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      snprintf(tp->err, sizeof(tp->err), "rank %d: cannot read rank %d's buffer (process_vm_readv of %zu bytes: %s)",
+               t->rank, rank_of_local(t, local), len - done, n < 0 ? strerror(errno) : "read nothing");
+      tp->err_peer = rank_of_local(t, local);
+      return CHORUS_ERR_SYSTEM;
+    }
+    done += (size_t)n;
+  }
+  return CHORUS_OK;
+}
 
 /* ---- mismatches named from the shared-memory signatures ---- */
 

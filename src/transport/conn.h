@@ -123,6 +123,16 @@ void chorus__conn_zc_publish(chorus_task_t* t);
 /* A local rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
 char* chorus__conn_zc_send(chorus_task_t* t, int local);
 char* chorus__conn_zc_recv(chorus_task_t* t, int local);
+/* Single-copy reads of buffers that are not registered (process_vm_readv): 1 when every rank
+ * of the host can read every other's memory, the host has a CPU for each, and
+ * CHORUS_SHM_SINGLE_COPY allows it on every rank; alike on all of them (agreed at set-up). */
+int chorus__conn_cma_avail(const chorus_task_t* t);
+/* Takes the single-copy variant for the task (t->variant CHORUS_VARIANT_CMA): t->zc holds this
+ * rank's send and receive buffer addresses, published like the registered ones. */
+void chorus__conn_cma_use(chorus_task_t* t, const void* send, void* recv);
+/* Copies len bytes at offset off of local rank l's send buffer into dst (after l's ARRIVED);
+ * ERR_SYSTEM with the reason in the transport's error when the kernel refuses. */
+chorus_status_t chorus__conn_cma_read_send(chorus_task_t* t, int local, size_t off, void* dst, size_t len);
 struct chorus_transport;
 
 /* The rank a verdict blames first (-1: none), how (CHORUS_BLAME_*), and for a rank that stood

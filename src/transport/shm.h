@@ -23,8 +23,11 @@ typedef struct {
   int32_t pid;       /* the owner's process and its epoll wake-up eventfd there, so peers can */
   int32_t wakefd;    /* take a copy of it (pidfd_getfd) and wake it out of epoll */
   uint32_t wakes_all; /* the owner holds a working copy of every local peer's eventfd */
-  char pad[44];
+  uint32_t reads_all; /* the owner can read every local peer's memory (process_vm_readv) */
+  uint64_t self_addr; /* where this bell lies in the owner's address space (read by the probe) */
+  char pad[32];
 } chorus_shm_bell_t;
+_Static_assert(sizeof(chorus_shm_bell_t) == 64, "a doorbell is one cache line");
 
 /* How a rank sleeps: not at all; on its bell's futex (only shared memory to wait for); in
  * epoll (sockets too), where a ring must write its eventfd instead. */
@@ -77,6 +80,9 @@ typedef struct {
   size_t slot_bytes; /* each local rank owns two slots of this size */
   char* areas;       /* local rank r's control block and slots start at areas + r * area_bytes */
   size_t area_bytes;
+  /* Every local rank can read every other's memory with process_vm_readv, and the host has a
+   * CPU for each (agreed by all at set-up, so that all choose the single-copy paths alike). */
+  int cma;
 } chorus_shm_seg_t;
 
 /* Ring of the ordered pair (from -> to), local indices. */

@@ -8,14 +8,19 @@
  *
  * Each rank also publishes its pid and epoll wake-up eventfd in its doorbell line before it
  * answers, and once the verdict is in takes a copy of every local peer's (pidfd_getfd), so
- * that a peer can wake it while it sleeps in epoll on sockets and shared memory at once.
+ * that a peer can wake it while it sleeps in epoll on sockets and shared memory at once. It also
+ * tries to read each peer's memory (process_vm_readv), and the leader gathers whether every rank
+ * could: the single-copy paths of the same-host collectives need every pair.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -27,6 +32,7 @@ static int peer_fd(const chorus_transport_t* tp, int peer) { return tp->peers[pe
 
 static void publish_wakefd(chorus_transport_t* tp, int my_local) {
   chorus_shm_bell_t* me = chorus__shm_bell(&tp->shm, my_local);
+  __atomic_store_n(&me->self_addr, (uint64_t)(uintptr_t)me, __ATOMIC_RELAXED);
   __atomic_store_n(&me->pid, (int32_t)getpid(), __ATOMIC_RELAXED);
   __atomic_store_n(&me->wakefd, (int32_t)tp->wakefd, __ATOMIC_RELEASE);
 }
@@ -48,20 +54,65 @@ static int take_wakefd(const chorus_transport_t* tp, int i) {
 #endif
 }
 
-/* Copies of every local peer's eventfd; says in this rank's bell whether all worked. Without
- * them, waits that watch sockets and shared memory at once poll (transport.c). */
+/* Whether process_vm_readv reads local rank i's memory: its pid, from its own bell at the address
+ * it published there (ptrace rules, seccomp or a kernel without it can forbid it). */
+static int reads_peer(const chorus_transport_t* tp, int i, int* err) {
+  const chorus_shm_bell_t* b = chorus__shm_bell(&tp->shm, i);
+  int32_t pid = __atomic_load_n(&b->pid, __ATOMIC_RELAXED), got = 0;
+  uint64_t at = __atomic_load_n(&b->self_addr, __ATOMIC_RELAXED) + offsetof(chorus_shm_bell_t, pid);
+  struct iovec mine = {&got, sizeof(got)}, theirs = {(void*)(uintptr_t)at, sizeof(got)};
+  ssize_t n = pid > 0 ? process_vm_readv(pid, &mine, 1, &theirs, 1, 0) : -1;
+  if (n < 0) *err = errno;
+  return n == (ssize_t)sizeof(got) && got == pid;
+}
+
+/* Copies of every local peer's eventfd, and whether their memory reads; says in this rank's bell
+ * whether all worked. Without the copies, waits that watch sockets and shared memory at once
+ * poll (transport.c). */
 static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local) {
-  int all = 1;
+  int all = 1, reads = 1, read_err = 0;
   tp->local_wakefd = malloc((size_t)nlocal * sizeof(int));
   for (int i = 0; i < nlocal; i++) {
     int fd = tp->local_wakefd && i != my_local ? take_wakefd(tp, i) : -1;
     if (tp->local_wakefd) tp->local_wakefd[i] = fd;
     if (i != my_local && fd < 0) all = 0;
+    if (i != my_local && reads && !reads_peer(tp, i, &read_err)) reads = 0;
   }
   if (!all)
     CH_INFO(INIT, tp->rank, "cannot take a copy of every local peer's eventfd (%s): waits on sockets and shared "
             "memory together will poll", strerror(errno));
-  __atomic_store_n(&chorus__shm_bell(&tp->shm, my_local)->wakes_all, (uint32_t)all, __ATOMIC_RELEASE);
+  if (!reads)
+    CH_INFO(INIT, tp->rank, "cannot read local peers' memory (process_vm_readv: %s): no single-copy reads",
+            read_err ? strerror(read_err) : "read back another value");
+  chorus_shm_bell_t* me = chorus__shm_bell(&tp->shm, my_local);
+  __atomic_store_n(&me->reads_all, (uint32_t)reads, __ATOMIC_RELEASE);
+  __atomic_store_n(&me->wakes_all, (uint32_t)all, __ATOMIC_RELEASE);
+}
+
+/* Single-copy reads need every pair, and pay only while every rank has a CPU of its own (with
+ * two ranks per CPU, the kernel's copies lost from 32 MiB on: docs/compare.md). The leader
+ * gathers each rank's word and answers with the verdict, so that every rank of the host
+ * chooses alike. */
+static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, int nlocal, int my_local,
+                                      int single_copy, uint64_t deadline) {
+  int32_t all = single_copy && __atomic_load_n(&chorus__shm_bell(&tp->shm, my_local)->reads_all, __ATOMIC_ACQUIRE);
+  chorus_status_t st = CHORUS_OK;
+  if (my_local == 0) {
+    for (int i = 1; i < nlocal && st >= 0; i++) {
+      int32_t theirs = 0;
+      st = chorus__sock_read_all(peer_fd(tp, local[i]), &theirs, sizeof(theirs), deadline);
+      all = all && theirs;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && nlocal > cpus) all = 0;
+    for (int i = 1; i < nlocal && st >= 0; i++) st = chorus__sock_write_all(peer_fd(tp, local[i]), &all, sizeof(all), deadline);
+  } else {
+    st = chorus__sock_write_all(peer_fd(tp, local[0]), &all, sizeof(all), deadline);
+    if (st >= 0) st = chorus__sock_read_all(peer_fd(tp, local[0]), &all, sizeof(all), deadline);
+  }
+  if (st < 0) snprintf(tp->err, sizeof(tp->err), "rank %d: a local peer left while setting up shared memory", tp->rank);
+  tp->shm.cma = st >= 0 && all;
+  return st;
 }
 
 static chorus_status_t leader_side(chorus_transport_t* tp, const int* local, int nlocal, size_t ring_bytes,
@@ -112,7 +163,7 @@ static chorus_status_t member_side(chorus_transport_t* tp, int leader, int nloca
 }
 
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
-                                            size_t slot_bytes, uint64_t deadline_ns) {
+                                            size_t slot_bytes, int single_copy, uint64_t deadline_ns) {
   const int* local = host.ranks;
   int nlocal = host.size, my_local = host.me;
   if (nlocal < 2) return CHORUS_OK;
@@ -127,6 +178,8 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
   take_wakefds(tp, nlocal, my_local);
+  st = agree_on_reads(tp, local, nlocal, my_local, single_copy, deadline_ns);
+  if (st < 0) return st; /* the communicator fails: its destroy releases all of it */
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
   tp->shm_all_local = nlocal == tp->nranks;
   for (int i = 0; i < nlocal; i++) {
@@ -138,6 +191,7 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
     s->peer_bell = chorus__shm_bell(&tp->shm, i);
     s->peer_wakefd = tp->local_wakefd ? tp->local_wakefd[i] : -1;
   }
-  CH_INFO(INIT, tp->rank, "shared memory with %d local peer(s), rings of %zu bytes", nlocal - 1, tp->shm.ring_bytes);
+  CH_INFO(INIT, tp->rank, "shared memory with %d local peer(s), rings of %zu bytes; single-copy reads %s", nlocal - 1,
+          tp->shm.ring_bytes, tp->shm.cma ? "on" : "off");
   return CHORUS_OK;
 }

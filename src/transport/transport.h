@@ -181,9 +181,10 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
                                               const uint8_t secret[16], uint64_t deadline_ns);
 /* Maps a shared segment with the other ranks of this host (`host`: their ranks in rank order,
  * me = this rank's index) and moves their traffic to it; falls back to TCP (with a warning)
- * when the segment cannot be made. */
+ * when the segment cannot be made. single_copy: this rank allows reads of peers' memory
+ * (seg.cma is set where every rank of the host allows and manages them). */
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
-                                            size_t slot_bytes, uint64_t deadline_ns);
+                                            size_t slot_bytes, int single_copy, uint64_t deadline_ns);
 /* Moves bytes of every queued transfer until the sockets would block. *moved counts transfers
  * that changed state. Returns < 0 on a transport error (tp->err says what). */
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved);

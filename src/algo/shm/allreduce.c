@@ -48,16 +48,17 @@ static chorus_status_t init(chorus_task_t* t) {
   return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched, bytes);
 }
 
-static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t off, len, es = t->dtype_size;
   chorus__shm_slice(t->args.count, t->nranks, t->rank, &off, &len);
-  if (!len) return;
+  if (!len) return CHORUS_OK;
   char *src[t->nranks], *dst[t->nranks];
   for (int q = 0; q < t->nranks; q++) {
     src[q] = chorus__conn_zc_send(t, q) + off * es;
     dst[q] = chorus__conn_zc_recv(t, q) + off * es;
   }
   chorus__shm_zc_reduce_slice(t, s, src, (char*)t->args.recvbuf + off * es, dst, len);
+  return CHORUS_OK;
 }
 
 /* One phase, chunk by chunk: every rank copies its chunk into its slot, then combines the

@@ -35,13 +35,14 @@ static chorus_status_t init(chorus_task_t* t) {
   return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched, bytes);
 }
 
-static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t off, len, es = t->dtype_size;
   chorus__shm_slice(t->args.count, t->nranks, t->rank, &off, &len);
-  if (!len) return;
+  if (!len) return CHORUS_OK;
   char* src[t->nranks];
   for (int q = 0; q < t->nranks; q++) src[q] = chorus__conn_zc_send(t, q) + off * es;
   chorus__shm_zc_reduce_slice(t, s, src, chorus__conn_zc_recv(t, t->args.root) + off * es, NULL, len);
+  return CHORUS_OK;
 }
 
 /* Two ranks: the other rank stages each chunk in the places of its slots (shm.h's two-rank

@@ -43,12 +43,13 @@ static chorus_status_t init(chorus_task_t* t) {
   return chorus__shm_op_init(t, t->args.count, chunk_elems(t), touched, block * (size_t)t->nranks);
 }
 
-static void zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t block = t->args.count * t->dtype_size;
-  if (!block) return;
+  if (!block) return CHORUS_OK;
   char* src[t->nranks];
   for (int q = 0; q < t->nranks; q++) src[q] = chorus__conn_zc_send(t, q) + (size_t)t->rank * block;
   chorus__shm_zc_reduce_slice(t, s, src, t->args.recvbuf, NULL, t->args.count);
+  return CHORUS_OK;
 }
 
 /* Whether this rank combines its own block straight from its send buffer, so that it need not

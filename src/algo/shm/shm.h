@@ -301,11 +301,12 @@ static inline double chorus__shm_cost_us(const chorus_cost_ctx_t* cx, double sta
   return stages_per_chunk * (double)(nchunks ? nchunks : 1) * stage_us + bytes_moved / CHORUS_COST_COPY_BYTES_PER_US;
 }
 
-/* Zero-copy on registered memory (every rank's buffers mapped in every process): one id.
+/* Zero-copy on registered memory (every rank's buffers mapped in every process), or single-copy
+ * reads of the peers' buffers (process_vm_readv): one id.
  *   publish buffer locations, ARRIVED = id;  wait for every ARRIVED;  work();  DONE = id;
  *   wait for every DONE, so that no rank returns (and reuses its buffers) while others still
  *   read or write them. */
-typedef void (*chorus_shm_zc_work_fn)(chorus_task_t* t, chorus_shm_op_t* s);
+typedef chorus_status_t (*chorus_shm_zc_work_fn)(chorus_task_t* t, chorus_shm_op_t* s);
 
 /* Bytes a zero-copy kernel handles at a time, so that what it reads is still in cache when it
  * writes the result to its peers. */
@@ -327,7 +328,8 @@ static inline chorus_status_t chorus__shm_zc_progress(chorus_task_t* t, chorus_s
   }
   if (s->stage == 1) {
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-    work(t, s);
+    st = work(t, s);
+    if (st < 0) return st;
     chorus__conn_shm_publish(t, SHM_DONE, id);
     chorus__shm_advance(t, s, 2);
   }

@@ -1,0 +1,55 @@
+#!/bin/bash
+# test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
+# with a CPU per rank, every rank of the host turns them on, and allgathers and broadcasts at the
+# sizes that take them (blocks of 8 KiB - 32 MiB, broadcasts of 8-512 KiB) and around them give
+# bitwise-checked results, out of place and in place, from either root; CHORUS_SHM_SINGLE_COPY=0
+# on one rank only turns them off on all (the ranks agree, so they still choose alike and the job
+# runs); with more ranks than CPUs they are off.
+source "$(dirname "$0")/lib.sh"
+RUN=${1:?usage: test_single_copy.sh CHORUS_RUN CHORUS_PERF}
+PERF=${2:?missing CHORUS_PERF}
+
+WRAP="$TMP/wrap.sh"
+cat >"$WRAP" <<'EOS'
+#!/bin/sh
+[ "$CHORUS_RANK" = 1 ] && [ -n "$ONE_RANK_SETS" ] && export "$ONE_RANK_SETS"
+exec "$@"
+EOS
+chmod +x "$WRAP"
+
+# run NAME NRANKS ONE_RANK_SETS PERF_ARGS...: a checked chorus-perf job that must succeed.
+run() {
+  local name=$1 n=$2 one=$3
+  shift 3
+  timeout -s KILL 120 "$RUN" --timeout 110 -n "$n" -x CHORUS_LOG_LEVEL=info -x ONE_RANK_SETS="$one" "$WRAP" \
+    "$PERF" "$@" -n 2 -w 1 -c 1 >"$TMP/$name.out" 2>&1 || fail "$name: the job failed ($?): $(tail -n 5 "$TMP/$name.out")"
+  grep -q "^# Wrong elements : 0 OK" "$TMP/$name.out" || fail "$name: wrong results: $(tail -n 5 "$TMP/$name.out")"
+}
+
+# reads NAME ON|OFF NRANKS: every rank logged single-copy reads ON (or OFF).
+reads() {
+  local n
+  n=$(grep -c "single-copy reads $2\$" "$TMP/$1.out")
+  [ "$n" = "$3" ] || fail "$1: $n of $3 ranks logged single-copy reads $2: $(grep 'single-copy' "$TMP/$1.out" | head -n 4)"
+}
+
+cpus=$(nproc)
+if ((cpus >= 2)); then
+  run ag 2 "" allgather -b 8K -e 64M -f 4
+  reads ag on 2
+  run ag_inplace 2 "" allgather -b 12K -e 3M -f 4 -p 1
+  run ag_int8 2 "" allgather -b 16K -e 1M -f 8 -d int8
+  run bc 2 "" broadcast -b 4K -e 2M -f 2
+  run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
+  ok "2 ranks: single-copy reads on; allgather 8 KiB - 64 MiB and broadcast 4 KiB - 2 MiB checked, in and out of place"
+  run ag_one_off 2 CHORUS_SHM_SINGLE_COPY=0 allgather -b 8K -e 4M -f 4
+  reads ag_one_off off 2
+  ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"
+else
+  ok "1 CPU: the 2-rank cases need 2 (skipped)"
+fi
+n=$((cpus + 1))
+run over $n "" allgather -b 8K -e 1M -f 8
+reads over off $n
+ok "$n ranks on $cpus CPUs: single-copy reads off, results checked"
+done_testing
