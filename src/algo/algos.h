@@ -36,6 +36,7 @@ extern const chorus_algo_t chorus__algo_shm_allreduce;
 extern const chorus_algo_t chorus__algo_shm_reduce_scatter;
 extern const chorus_algo_t chorus__algo_shm_allgather;
 extern const chorus_algo_t chorus__algo_shm_broadcast;
+extern const chorus_algo_t chorus__algo_shm_alltoall;
 extern const chorus_algo_t chorus__algo_shm_reduce;
 extern const chorus_algo_t chorus__algo_shm_barrier;
 extern const chorus_algo_t chorus__algo_hier_allreduce;

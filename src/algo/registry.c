@@ -24,6 +24,7 @@ const chorus_algo_t* const chorus__algos[] = {
     &chorus__algo_shm_allreduce,         &chorus__algo_shm_reduce_scatter,
     &chorus__algo_shm_allgather,         &chorus__algo_shm_broadcast,
     &chorus__algo_shm_reduce,            &chorus__algo_shm_barrier,
+    &chorus__algo_shm_alltoall,
     /* Two-level: chosen by cost when the communicator spans hosts of equal rank counts. */
     &chorus__algo_hier_allreduce,        &chorus__algo_hier_allgather,
     &chorus__algo_hier_reduce_scatter,   &chorus__algo_hier_broadcast,

@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
-# with a CPU per rank, every rank of the host turns them on, and allgathers and broadcasts at the
-# sizes that take them (blocks of 8 KiB - 32 MiB, broadcasts of 8-512 KiB) and around them give
+# with a CPU per rank, every rank of the host turns them on, and allgathers, alltoalls and
+# broadcasts at the sizes that take them (blocks of 8 KiB - 32 MiB, broadcasts of 8-512 KiB) and
+# around them give
 # bitwise-checked results, out of place and in place, from either root; CHORUS_SHM_SINGLE_COPY=0
 # on one rank only turns them off on all (the ranks agree, so they still choose alike and the job
 # runs); with more ranks than CPUs they are off.
@@ -41,7 +42,9 @@ if ((cpus >= 2)); then
   run ag_int8 2 "" allgather -b 16K -e 1M -f 8 -d int8
   run bc 2 "" broadcast -b 4K -e 2M -f 2
   run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
-  ok "2 ranks: single-copy reads on; allgather 8 KiB - 64 MiB and broadcast 4 KiB - 2 MiB checked, in and out of place"
+  run a2a 2 "" alltoall -b 8K -e 128M -f 4
+  run a2a_inplace 2 "" alltoall -b 12K -e 12M -f 4 -p 1
+  ok "2 ranks: single-copy reads on; allgather 8 KiB - 64 MiB, broadcast 4 KiB - 2 MiB, alltoall 8 KiB - 128 MiB checked, in and out of place"
   run ag_one_off 2 CHORUS_SHM_SINGLE_COPY=0 allgather -b 8K -e 4M -f 4
   reads ag_one_off off 2
   ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"
@@ -51,5 +54,6 @@ fi
 n=$((cpus + 1))
 run over $n "" allgather -b 8K -e 1M -f 8
 reads over off $n
+run over_a2a $n "" alltoall -b 8K -e 8M -f 8 -p 1
 ok "$n ranks on $cpus CPUs: single-copy reads off, results checked"
 done_testing

@@ -1,0 +1,159 @@
+/*
+ * shm/alltoall.c - memory-semantics alltoall for ranks that share one host.
+ *
+ * Per chunk of at most a slot's n-th of every block (elements [first, first + m) of each):
+ *   1. copy-in:  rank r copies piece q of its send buffer into place q of its slot   ARRIVED = id
+ *   2. copy-out: rank r copies place r of every other rank's slot into its block q   DONE = id
+ * Bytes per rank: n B written into the slot, n B read and written out (B = block bytes). Cost:
+ * 2 flag waits per chunk + about 2 n B / memory bandwidth. In place it works as is: a rank
+ * stages every piece of a chunk before it overwrites any of them.
+ *
+ * With single-copy reads (process_vm_readv), from blocks of SINGLE_COPY_MIN_BLOCK on, every rank
+ * copies its blocks straight from the others' send buffers (n B per rank). A rank that runs in
+ * place first copies its send buffer aside, as the others read it while it overwrites its blocks:
+ * every rank chooses alike whatever its layout. Registered memory takes the same paths: mapped
+ * reads of an in-place rank's buffer would need that copy too, in memory the others cannot map.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algos.h"
+#include "algo/shm/shm.h"
+
+/* 2 ranks, alternating (docs/compare.md): blocks of 8 KiB and more read faster than staged. */
+#define SINGLE_COPY_MIN_BLOCK (8u * 1024u)
+#define SINGLE_COPY_MAX_BLOCK (32u * 1024u * 1024u)
+
+/* The op, and where an in-place rank's send buffer was set aside for the single-copy reads. */
+typedef struct {
+  chorus_shm_op_t op; /* first: the shm helpers take the state as their op */
+  char* aside;
+} alltoall_state_t;
+
+static int single_copy_pays(const chorus_task_t* t, size_t block) {
+  return block >= SINGLE_COPY_MIN_BLOCK && block <= SINGLE_COPY_MAX_BLOCK && chorus__conn_cma_avail(t);
+}
+
+/* Elements of each block a chunk takes: an n-th of the slot each. */
+static size_t chunk_elems(const chorus_task_t* t) {
+  size_t per_block = chorus__conn_shm_slot_bytes(t) / (size_t)t->nranks / t->dtype_size;
+  return per_block ? per_block : 1;
+}
+
+/* Staged, only calls of one chunk: in several, every chunk waits for all ranks twice, and with 4
+ * ranks on 2 cores 2 and 16 MiB took 1.2x the pairwise exchange's time (256 KiB: level). */
+static int supported(const chorus_task_t* t) {
+  return chorus__conn_shm_avail(t) &&
+         (t->args.count <= chunk_elems(t) || single_copy_pays(t, t->args.count * t->dtype_size));
+}
+
+static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  size_t block = t->args.count * t->dtype_size;
+  double all = (double)t->nranks * (double)block;
+  if (single_copy_pays(t, block)) return chorus__shm_cost_us(cx, 2, 1, all);
+  return chorus__shm_cost_us(cx, 2, chorus__div_up(t->args.count, chunk_elems(t)), 2.0 * all);
+}
+
+static chorus_status_t init(chorus_task_t* t) {
+  size_t block = t->args.count * t->dtype_size, all = block * (size_t)t->nranks;
+  size_t touched = chorus__touched_bytes(t->args.sendbuf, all, t->args.recvbuf, all);
+  t->variant = CHORUS_VARIANT_STAGED;
+  if (!single_copy_pays(t, block)) return chorus__shm_op_init(t, t->args.count, chunk_elems(t), touched, all);
+  alltoall_state_t* a = calloc(1, sizeof(*a));
+  if (!a) return CHORUS_ERR_NO_MEMORY;
+  const void* send = t->args.sendbuf;
+  if (send == t->args.recvbuf) {
+    a->aside = chorus__task_scratch(t, all);
+    if (!a->aside) {
+      free(a);
+      return CHORUS_ERR_NO_MEMORY;
+    }
+    for (int q = 0; q < t->nranks; q++) /* the others read only their blocks */
+      if (q != t->rank) memcpy(a->aside + (size_t)q * block, (const char*)send + (size_t)q * block, block);
+    send = a->aside;
+  }
+  chorus__conn_cma_use(t, send, t->args.recvbuf);
+  chorus__shm_op_setup(t, &a->op, t->nranks, t->rank, 1, 1, touched, NULL);
+  t->state = a;
+  return CHORUS_OK;
+}
+
+static void fini(chorus_task_t* t) {
+  if (t->state && t->state != (void*)t->state_space) {
+    alltoall_state_t* a = t->state;
+    chorus__task_scratch_free(t, a->aside);
+    free(a);
+  }
+  t->state = NULL;
+}
+
+/* Block q of the receive buffer comes from rank q's send buffer, its block for this rank: read
+ * with process_vm_readv, from the next rank on (so that not all read one rank first). */
+static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t block = t->args.count * t->dtype_size, mine = (size_t)t->rank * block;
+  char* out = t->args.recvbuf;
+  if (out != t->args.sendbuf) chorus__shm_copy_out(s, out + mine, (const char*)t->args.sendbuf + mine, block);
+  for (int i = 1; i < t->nranks; i++) {
+    int q = (t->rank + i) % t->nranks;
+    chorus_status_t st = chorus__conn_cma_read_send(t, q, mine, out + (size_t)q * block, block);
+    if (st < 0) return st;
+  }
+  return CHORUS_OK;
+}
+
+/* Copies piece q of the chunk (m elements of each block from element first) into place q. */
+static int stage_in(chorus_task_t* t, chorus_shm_op_t* s, size_t first, size_t m, chorus_status_t* st) {
+  if (!chorus__shm_slot_free(t, s, st)) return 0;
+  uint64_t id = chorus__shm_id(s);
+  size_t es = t->dtype_size;
+  char* slot = chorus__shm_op_slot(t, s, s->me, (int)(id & 1));
+  const char* in = t->args.sendbuf;
+  for (int q = 0; q < t->nranks; q++)
+    memcpy(slot + (size_t)q * m * es, in + ((size_t)q * t->args.count + first) * es, m * es);
+  chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+  chorus__shm_advance(t, s, 1);
+  return 1;
+}
+
+static chorus_status_t progress(chorus_task_t* t) {
+  if (t->variant == CHORUS_VARIANT_CMA) return chorus__shm_zc_progress(t, single_copy);
+  chorus_shm_op_t* s = t->state;
+  size_t es = t->dtype_size, count = t->args.count;
+  char* out = t->args.recvbuf;
+  const char* in = t->args.sendbuf;
+  chorus_status_t st = CHORUS_OK;
+  while (s->k < s->nchunks) {
+    uint64_t id = chorus__shm_id(s);
+    int which = (int)(id & 1);
+    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, count);
+    if (s->stage == 0) {
+      CHORUS_SHM_WAIT(stage_in(t, s, first, m, &st), st);
+      continue;
+    }
+    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
+    for (int q = 0; q < t->nranks; q++) {
+      char* dst = out + ((size_t)q * count + first) * es;
+      if (q != t->rank)
+        chorus__shm_copy_out(s, dst, chorus__shm_op_slot(t, s, q, which) + (size_t)t->rank * m * es, m * es);
+      else if (dst != in + ((size_t)q * count + first) * es) /* else in place */
+        chorus__shm_copy_out(s, dst, in + ((size_t)q * count + first) * es, m * es);
+    }
+    chorus__conn_shm_publish(t, SHM_DONE, id);
+    s->k++;
+    chorus__shm_advance(t, s, 0);
+  }
+  return CHORUS_OK;
+}
+
+const chorus_algo_t chorus__algo_shm_alltoall = {
+    .name = "shm",
+    .desc = "same-host memory semantics: every rank stages its blocks once, each rank copies its block out of "
+            "every slot (blocks of 8 KiB-32 MiB with a CPU per rank: read straight from the others' buffers, "
+            "process_vm_readv)",
+    .coll = CH_COLL_ALLTOALL,
+    .supported = supported,
+    .cost_us = cost_us,
+    .init = init,
+    .progress = progress,
+    .fini = fini,
+};
