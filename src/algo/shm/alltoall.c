@@ -40,11 +40,15 @@ static size_t chunk_elems(const chorus_task_t* t) {
   return per_block ? per_block : 1;
 }
 
-/* Staged, only calls of one chunk: in several, every chunk waits for all ranks twice, and with 4
- * ranks on 2 cores 2 and 16 MiB took 1.2x the pairwise exchange's time (256 KiB: level). */
+/* Staged, only calls of up to STAGED_MAX_BYTES (all blocks), in one chunk: with 4 ranks on 2
+ * cores the pairwise exchange took 0.9x its time at 256 KiB and 1 MiB, 0.8x at 2 and 16 MiB (in
+ * several chunks every chunk waits for all ranks twice); 1.05x at 64 KiB, 0.65x below. */
+#define STAGED_MAX_BYTES (64u * 1024u)
+
 static int supported(const chorus_task_t* t) {
-  return chorus__conn_shm_avail(t) &&
-         (t->args.count <= chunk_elems(t) || single_copy_pays(t, t->args.count * t->dtype_size));
+  size_t block = t->args.count * t->dtype_size;
+  int staged = t->args.count <= chunk_elems(t) && block * (size_t)t->nranks <= STAGED_MAX_BYTES;
+  return chorus__conn_shm_avail(t) && (staged || single_copy_pays(t, block));
 }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
