@@ -463,10 +463,12 @@ chorus_status_t chorus__conn_cma_read_send(chorus_task_t* t, int local, size_t o
     ssize_t n = process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
+      int gone = n < 0 && errno == ESRCH; /* the peer exited */
       snprintf(tp->err, sizeof(tp->err), "rank %d: cannot read rank %d's buffer (process_vm_readv of %zu bytes: %s)",
-               t->rank, rank_of_local(t, local), len - done, n < 0 ? strerror(errno) : "read nothing");
+               t->rank, rank_of_local(t, local), len - done,
+               gone ? "the process is gone" : n < 0 ? strerror(errno) : "read nothing");
       tp->err_peer = rank_of_local(t, local);
-      return CHORUS_ERR_SYSTEM;
+      return gone ? CHORUS_ERR_REMOTE : CHORUS_ERR_SYSTEM;
     }
     done += (size_t)n;
   }

@@ -2,10 +2,10 @@
 # test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
 # with a CPU per rank, every rank of the host turns them on, and allgathers, alltoalls and
 # broadcasts at the sizes that take them (blocks of 8 KiB - 32 MiB, broadcasts of 8-512 KiB) and
-# around them give
-# bitwise-checked results, out of place and in place, from either root; CHORUS_SHM_SINGLE_COPY=0
-# on one rank only turns them off on all (the ranks agree, so they still choose alike and the job
-# runs); with more ranks than CPUs they are off.
+# around them give bitwise-checked results, out of place and in place, from either root;
+# CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all (the ranks agree, so they still
+# choose alike and the job runs); a rank killed while the other reads its buffers ends the
+# other's call with an error naming it; with more ranks than CPUs they are off.
 source "$(dirname "$0")/lib.sh"
 RUN=${1:?usage: test_single_copy.sh CHORUS_RUN CHORUS_PERF}
 PERF=${2:?missing CHORUS_PERF}
@@ -48,6 +48,32 @@ if ((cpus >= 2)); then
   run ag_one_off 2 CHORUS_SHM_SINGLE_COPY=0 allgather -b 8K -e 4M -f 4
   reads ag_one_off off 2
   ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"
+  # A rank killed while the other reads its buffers: the survivor fails with an error status
+  # within seconds (a read of a process that is gone, or its flags that stop), never hangs.
+  "$RUN" --prefix --term-delay 8 --grace 2 --timeout 60 -n 2 -x CHORUS_TIMEOUT_SEC=20 \
+    "$PERF" allgather -b 1M -e 1M -n 100000000 -w 1 -c 0 >"$TMP/kill.out" 2>&1 &
+  job=$!
+  CLEANUP_PIDS+=($job)
+  victim=""
+  for ((i = 0; i < 100; i++)); do
+    [ -n "$victim" ] && break
+    sleep 0.1
+    for pid in $(pgrep -P $job); do
+      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx CHORUS_RANK=1 && victim=$pid
+    done
+  done
+  [ -n "$victim" ] || fail "kill: rank 1 not found under chorus-run (pid $job)"
+  CLEANUP_PIDS+=($victim)
+  sleep 1
+  pid_alive "$victim" || fail "kill: rank 1 ended before the kill: $(tail -n 5 "$TMP/kill.out")"
+  t0=$(now_us)
+  kill -KILL "$victim"
+  wait_exit 15 $job
+  wait $job
+  ms=$((($(now_us) - t0) / 1000))
+  grep -qE "^\[0\] .*failed: CHORUS_ERR_[A-Z_]+: .*rank 1" "$TMP/kill.out" ||
+    fail "kill: rank 0 printed no error status naming rank 1: $(tail -n 8 "$TMP/kill.out")"
+  ok "rank 1 killed in a loop of 1 MiB allgathers: rank 0 failed with $(grep -oE 'CHORUS_ERR_[A-Z_]+' "$TMP/kill.out" | head -n 1), the job ended in $ms ms"
 else
   ok "1 CPU: the 2-rank cases need 2 (skipped)"
 fi
