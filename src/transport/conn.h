@@ -131,7 +131,8 @@ int chorus__conn_cma_avail(const chorus_task_t* t);
  * rank's send and receive buffer addresses, published like the registered ones. */
 void chorus__conn_cma_use(chorus_task_t* t, const void* send, void* recv);
 /* Copies len bytes at offset off of local rank l's send buffer into dst (after l's ARRIVED);
- * ERR_SYSTEM with the reason in the transport's error when the kernel refuses. */
+ * ERR_REMOTE when l's process is gone, ERR_SYSTEM when the kernel refuses otherwise, with the
+ * reason in the transport's error. */
 chorus_status_t chorus__conn_cma_read_send(chorus_task_t* t, int local, size_t off, void* dst, size_t len);
 struct chorus_transport;
 

@@ -66,22 +66,25 @@ static int reads_peer(const chorus_transport_t* tp, int i, int* err) {
   return n == (ssize_t)sizeof(got) && got == pid;
 }
 
-/* Copies of every local peer's eventfd, and whether their memory reads; says in this rank's bell
- * whether all worked. Without the copies, waits that watch sockets and shared memory at once
- * poll (transport.c). */
-static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local) {
-  int all = 1, reads = 1, read_err = 0;
+/* Copies of every local peer's eventfd, and whether their memory reads (tried only where this
+ * rank allows single-copy reads); says in this rank's bell whether all worked. Without the
+ * copies, waits that watch sockets and shared memory at once poll (transport.c). */
+static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local, int single_copy) {
+  int all = 1, reads = single_copy, read_err = 0, fd_err = 0;
   tp->local_wakefd = malloc((size_t)nlocal * sizeof(int));
   for (int i = 0; i < nlocal; i++) {
     int fd = tp->local_wakefd && i != my_local ? take_wakefd(tp, i) : -1;
     if (tp->local_wakefd) tp->local_wakefd[i] = fd;
-    if (i != my_local && fd < 0) all = 0;
+    if (i != my_local && fd < 0 && all) {
+      all = 0;
+      fd_err = errno;
+    }
     if (i != my_local && reads && !reads_peer(tp, i, &read_err)) reads = 0;
   }
   if (!all)
     CH_INFO(INIT, tp->rank, "cannot take a copy of every local peer's eventfd (%s): waits on sockets and shared "
-            "memory together will poll", strerror(errno));
-  if (!reads)
+            "memory together will poll", strerror(fd_err));
+  if (!reads && single_copy)
     CH_INFO(INIT, tp->rank, "cannot read local peers' memory (process_vm_readv: %s): no single-copy reads",
             read_err ? strerror(read_err) : "read back another value");
   chorus_shm_bell_t* me = chorus__shm_bell(&tp->shm, my_local);
@@ -94,8 +97,8 @@ static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local) {
  * gathers each rank's word and answers with the verdict, so that every rank of the host
  * chooses alike. */
 static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, int nlocal, int my_local,
-                                      int single_copy, uint64_t deadline) {
-  int32_t all = single_copy && __atomic_load_n(&chorus__shm_bell(&tp->shm, my_local)->reads_all, __ATOMIC_ACQUIRE);
+                                      uint64_t deadline) {
+  int32_t all = __atomic_load_n(&chorus__shm_bell(&tp->shm, my_local)->reads_all, __ATOMIC_ACQUIRE);
   chorus_status_t st = CHORUS_OK;
   if (my_local == 0) {
     for (int i = 1; i < nlocal && st >= 0; i++) {
@@ -177,8 +180,8 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   tp->shm.my_local = my_local;
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
-  take_wakefds(tp, nlocal, my_local);
-  st = agree_on_reads(tp, local, nlocal, my_local, single_copy, deadline_ns);
+  take_wakefds(tp, nlocal, my_local, single_copy);
+  st = agree_on_reads(tp, local, nlocal, my_local, deadline_ns);
   if (st < 0) return st; /* the communicator fails: its destroy releases all of it */
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
   tp->shm_all_local = nlocal == tp->nranks;

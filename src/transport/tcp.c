@@ -229,8 +229,9 @@ ssize_t chorus__tcp_writev(chorus_stream_t* s, const struct iovec* iov, int niov
 /* Reads of fewer bytes go through the stream's stage: a frame header (48 bytes) asks the socket
  * for this many, which brings a small message's payload along (a 4 KiB frame in one syscall
  * instead of a header, a payload and a read that finds the socket empty). Larger reads go
- * straight to their destination; at most this much of a large payload is copied once more. */
-#define CHORUS_TCP_STAGE_BYTES (16u * 1024u)
+ * straight to their destination; at most this much of a large payload is copied once more.
+ * Every TCP stream that reads a small frame keeps one: 32 MiB for 4096 peers. */
+#define CHORUS_TCP_STAGE_BYTES (8u * 1024u)
 
 /* One recv into buf: bytes, 0 when the socket is empty, -EPIPE when the peer closed, -errno on
  * failure. A short read emptied the socket (TCP returns less only when nothing more is

@@ -649,6 +649,7 @@ void chorus__transport_shutdown(chorus_transport_t* tp) {
       s->tx_hdr_off = s->tx_off = s->rx_hdr_off = s->rx_off = 0;
       drop_received(tp, s);
       chorus__tcp_rx_idle(s);
+      s->rx_stage_off = s->rx_stage_len = 0;
       s->ctl_count = s->ctl_off = s->ctl_rx_off = 0;
       s->cts_count = s->cts_off = 0;
       if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);

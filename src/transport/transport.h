@@ -58,7 +58,8 @@ typedef struct chorus_stream {
    * and writes that wait for the room an EPOLLOUT edge announces instead of trickling in as
    * acknowledgements free a few kilobytes): epoll edges are counted (wait.c, and a poll() that
    * saw room), and a read that found fd empty (a write that found it full) records the count it
-   * started at. Ready while the two differ; an edge that comes during the syscall keeps it so.
+   * started at. Ready while the two differ (reads also while bytes read ahead wait in rx_stage);
+   * an edge that comes during the syscall keeps it so.
    * Edges are counted by whichever thread sleeps in epoll: atomic; 64 bits, so that a socket
    * never found full does not read as full when the count wraps (EPOLLOUT comes with every
    * incoming message's edge). */
@@ -258,12 +259,9 @@ static inline int chorus__tcp_tx_ready(const chorus_stream_t* s) {
 }
 static inline void chorus__tcp_edge_rx(chorus_stream_t* s) { __atomic_add_fetch(&s->rx_edges, 1, __ATOMIC_RELEASE); }
 static inline void chorus__tcp_edge_tx(chorus_stream_t* s) { __atomic_add_fetch(&s->tx_edges, 1, __ATOMIC_RELEASE); }
-/* Nothing more to read until the next edge (a closed or shut socket): what was read ahead is
- * dropped too. */
-static inline void chorus__tcp_rx_idle(chorus_stream_t* s) {
-  s->rx_empty_at = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE);
-  s->rx_stage_off = s->rx_stage_len = 0;
-}
+/* Nothing more to read from fd until the next edge (a closed or shut socket); bytes already
+ * read ahead stay readable (a peer's last frames may be among them). */
+static inline void chorus__tcp_rx_idle(chorus_stream_t* s) { s->rx_empty_at = __atomic_load_n(&s->rx_edges, __ATOMIC_ACQUIRE); }
 
 /* Queue helpers. */
 int chorus__xq_push(chorus_xfer_queue_t* q, chorus_xfer_t* x);

@@ -8,8 +8,9 @@
  * 2 flag waits per chunk + about 2 n B / memory bandwidth. In place it works as is: a rank
  * stages every piece of a chunk before it overwrites any of them.
  *
- * With single-copy reads (process_vm_readv), from blocks of SINGLE_COPY_MIN_BLOCK on, every rank
- * copies its blocks straight from the others' send buffers (n B per rank). A rank that runs in
+ * With single-copy reads (process_vm_readv: every rank of the host can read the others' memory and
+ * has a CPU of its own), for blocks of 8 KiB-32 MiB, every rank copies its blocks straight from
+ * the others' send buffers (n B per rank). A rank that runs in
  * place first copies its send buffer aside, as the others read it while it overwrites its blocks:
  * every rank chooses alike whatever its layout. Registered memory takes the same paths: mapped
  * reads of an in-place rank's buffer would need that copy too, in memory the others cannot map.
@@ -24,10 +25,12 @@
 #define SINGLE_COPY_MIN_BLOCK (8u * 1024u)
 #define SINGLE_COPY_MAX_BLOCK (32u * 1024u * 1024u)
 
-/* The op, and where an in-place rank's send buffer was set aside for the single-copy reads. */
+/* The op, and where an in-place rank's send buffer is set aside for the single-copy reads (when
+ * the call starts: one posted behind another may be writing it until then). */
 typedef struct {
   chorus_shm_op_t op; /* first: the shm helpers take the state as their op */
   char* aside;
+  int set_aside;
 } alltoall_state_t;
 
 static int single_copy_pays(const chorus_task_t* t, size_t block) {
@@ -72,8 +75,6 @@ static chorus_status_t init(chorus_task_t* t) {
       free(a);
       return CHORUS_ERR_NO_MEMORY;
     }
-    for (int q = 0; q < t->nranks; q++) /* the others read only their blocks */
-      if (q != t->rank) memcpy(a->aside + (size_t)q * block, (const char*)send + (size_t)q * block, block);
     send = a->aside;
   }
   chorus__conn_cma_use(t, send, t->args.recvbuf);
@@ -119,8 +120,20 @@ static int stage_in(chorus_task_t* t, chorus_shm_op_t* s, size_t first, size_t m
   return 1;
 }
 
+/* An in-place rank's blocks for the others, copied aside before it publishes where they are. */
+static void set_aside(chorus_task_t* t, alltoall_state_t* a) {
+  size_t block = t->args.count * t->dtype_size;
+  for (int q = 0; q < t->nranks; q++) /* the others read only their blocks */
+    if (q != t->rank) memcpy(a->aside + (size_t)q * block, (const char*)t->args.sendbuf + (size_t)q * block, block);
+  a->set_aside = 1;
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
-  if (t->variant == CHORUS_VARIANT_CMA) return chorus__shm_zc_progress(t, single_copy);
+  if (t->variant == CHORUS_VARIANT_CMA) {
+    alltoall_state_t* a = t->state;
+    if (a->aside && !a->set_aside) set_aside(t, a);
+    return chorus__shm_zc_progress(t, single_copy);
+  }
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size, count = t->args.count;
   char* out = t->args.recvbuf;

@@ -3,7 +3,8 @@
  * communicator is on one host and maps the host's segment: each rank owns two slots there
  * (double buffering: chunk ids alternate between them) and publishes per-chunk progress in
  * flags the others poll. No messages, no per-pair copies: a chunk is copied into the owner's
- * slot once, combined in place by whoever owns each slice, and copied out once.
+ * slot once, combined in place by whoever owns each slice, and copied out once (or, with
+ * zero-copy and single-copy reads, read straight from the owner's buffer).
  *
  * Flag protocol, for chunk id i in slot (i & 1), on every rank and in every collective:
  *   ARRIVED = i  this rank's input for chunk i is in its slot;
