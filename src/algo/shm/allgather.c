@@ -12,6 +12,7 @@
  * whose staging costs more than the kernel's page-by-page copy: n S bytes instead of (n + 1) S.
  */
 #include "algo/algos.h"
+#include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
 /* Blocks read with process_vm_readv instead of staged. 2 ranks, alternating (docs/compare.md):
@@ -71,10 +72,27 @@ static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
+/* Blocks of at most CHORUS_SHM_LL_MAX_BYTES: through the LL buffers (ll.h). */
+static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t block = t->args.count * t->dtype_size;
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, block);
+  if (st != CHORUS_OK) return st;
+  unsigned char* out = t->args.recvbuf;
+  for (int q = 0; q < t->nranks; q++) {
+    unsigned char* dst = out + (size_t)q * block;
+    if (q != t->rank) chorus__ll_read(t, q, chorus__shm_id(s), block, dst);
+    else if (dst != (const unsigned char*)t->args.sendbuf) memcpy(dst, t->args.sendbuf, block); /* else in place */
+  }
+  chorus__ll_done(t, s);
+  return CHORUS_OK;
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant == CHORUS_VARIANT_CMA) return chorus__shm_zc_progress(t, single_copy);
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
+  if (s->nchunks == 1 && t->args.count * t->dtype_size <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
+    return progress_ll(t, s);
   size_t es = t->dtype_size, block = t->args.count;
   const char* in = t->args.sendbuf;
   char* out = t->args.recvbuf;

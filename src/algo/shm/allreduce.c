@@ -12,9 +12,7 @@
  * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth. Two ranks, and vectors of at most
  * 32 KiB, take one phase instead: every rank combines all inputs itself (1 flag wait, n S read;
  * see progress_one_phase). Vectors of at
- * most 32 bytes travel in the LL buffers (shm.h): each 8-byte word carries 4 data bytes and the
- * operation's flag, so seeing the data is seeing that it arrived: one cache miss per peer line
- * instead of a flag miss followed by a data miss.
+ * most 32 bytes travel in the LL buffers (ll.h).
  *
  * On registered memory (zero copy): rank r reduces slice r straight from every rank's send
  * buffer and writes the result into every rank's receive buffer: N read and N written per rank,
@@ -25,6 +23,7 @@
  * packs and unpacks nothing (two passes over the data fewer on each side).
  */
 #include "algo/algos.h"
+#include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
 /* Up to this size every rank reduces the whole vector itself (one phase instead of three). */
@@ -113,106 +112,25 @@ static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) 
   return CHORUS_OK;
 }
 
-/* ---- LL: vectors of at most CHORUS_SHM_LL_MAX_BYTES ---- */
+/* ---- LL: vectors of at most CHORUS_SHM_LL_MAX_BYTES (ll.h) ---- */
 
-/* The flag of operation id in LL words: never 0, so zeroed memory never looks written. */
-static uint64_t ll_flag(uint64_t id) { return ((id % 0xffffffffull) + 1) << 32; }
-
-/* Two words that every rank computes the same from the same call: a hash of the signature. */
-static void ll_signature(const chorus_task_t* t, uint32_t out[CHORUS_SHM_LL_SIG_WORDS]) {
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < CHORUS_SIG_WORDS; i++) h = (h ^ t->sig[i]) * 1099511628211ull, h ^= h >> 29;
-  out[0] = (uint32_t)h;
-  out[1] = (uint32_t)(h >> 32);
-}
-
-static size_t ll_data_words(const chorus_task_t* t) { return (t->args.count * t->dtype_size + 3) / 4; }
-
-/* Writes this rank's input into its LL buffer; the last word sequentially consistent, so that
- * a peer about to sleep either sees it or is rung (see chorus__shm_bell_ring). */
-static void ll_write(chorus_task_t* t, uint64_t id) {
-  uint64_t* words = chorus__conn_shm_ll(t, t->rank, (int)(id & 1)), flag = ll_flag(id);
-  uint32_t sig[CHORUS_SHM_LL_SIG_WORDS];
-  ll_signature(t, sig);
-  const unsigned char* src = t->args.sendbuf;
-  size_t bytes = t->args.count * t->dtype_size, n = ll_data_words(t);
-  /* Peers hold these lines from the last use: ask for all of them at once, or each store
-   * waits for its own line in turn. */
-  for (size_t w = 0; w < CHORUS_SHM_LL_SIG_WORDS + n; w += 8) __builtin_prefetch(&words[w], 1, 3);
-  for (int i = 0; i < CHORUS_SHM_LL_SIG_WORDS; i++) __atomic_store_n(&words[i], flag | sig[i], __ATOMIC_RELAXED);
-  for (size_t w = 0; w < n; w++) {
-    uint32_t v = 0;
-    if (bytes - 4 * w >= 4) memcpy(&v, src + 4 * w, 4);
-    else memcpy(&v, src + 4 * w, bytes - 4 * w);
-    __atomic_store_n(&words[CHORUS_SHM_LL_SIG_WORDS + w], flag | v,
-                     w + 1 == n ? __ATOMIC_SEQ_CST : __ATOMIC_RELAXED);
-  }
-  if (!n) __atomic_store_n(&words[0], flag | sig[0], __ATOMIC_SEQ_CST);
-  chorus__conn_shm_signal(t);
-}
-
-/* 1 when rank's LL buffer holds every word of operation id; *st < 0 when it never will. */
-static int ll_arrived(chorus_task_t* t, int rank, uint64_t id, chorus_status_t* st) {
-  const uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1));
-  uint64_t flag = ll_flag(id);
-  size_t total = CHORUS_SHM_LL_SIG_WORDS + ll_data_words(t);
-  /* The last word is written last: poll it alone until it is there. */
-  if ((__atomic_load_n(&words[total - 1], __ATOMIC_ACQUIRE) & ~0xffffffffull) != flag) {
-    chorus__conn_shm_peer_ok(t, rank, st);
-    return 0;
-  }
-  for (size_t w = 0; w < total; w++)
-    if ((__atomic_load_n(&words[w], __ATOMIC_ACQUIRE) & ~0xffffffffull) != flag) return 0;
-  uint32_t mine[CHORUS_SHM_LL_SIG_WORDS];
-  ll_signature(t, mine);
-  for (int i = 0; i < CHORUS_SHM_LL_SIG_WORDS; i++) {
-    if ((uint32_t)__atomic_load_n(&words[i], __ATOMIC_RELAXED) == mine[i]) continue;
-    *st = chorus__conn_shm_mismatch(t, rank);
-    return 0;
-  }
-  return 1;
-}
-
-/* Rank's payload of operation id, out of its LL words into out. */
-static void ll_read(const chorus_task_t* t, int rank, uint64_t id, unsigned char* out) {
-  const uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1)) + CHORUS_SHM_LL_SIG_WORDS;
-  size_t bytes = t->args.count * t->dtype_size, n = ll_data_words(t);
-  for (size_t w = 0; w < n; w++) {
-    uint32_t v = (uint32_t)__atomic_load_n(&words[w], __ATOMIC_RELAXED);
-    if (bytes - 4 * w >= 4) memcpy(out + 4 * w, &v, 4);
-    else memcpy(out + 4 * w, &v, bytes - 4 * w);
-  }
-}
-
-/* Stage 0 writes (once no rank still reads this parity's previous use), stage 1 waits for the
- * peers one by one (t->step: the next to wait for), then every rank combines all inputs in
- * rank order, as progress_small does. An LL buffer was last used at most two ids ago; a rank
- * that completed the LL operation just before this one saw every peer's words of it, so every
- * peer had finished the one before: the DONE flags need no look then. */
+/* Every rank combines all inputs in rank order, as progress_one_phase does. */
 static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
-  uint64_t id = chorus__shm_id(s), *last = chorus__conn_shm_ll_last(t);
-  chorus_status_t st = CHORUS_OK;
-  if (s->stage == 0) {
-    if (*last + 1 != id) CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
-    ll_write(t, id);
-    chorus__shm_advance(t, s, 1);
-  }
-  for (; t->step < (size_t)t->nranks; t->step++)
-    if ((int)t->step != t->rank) CHORUS_SHM_WAIT(ll_arrived(t, (int)t->step, id, &st), st);
+  size_t m = t->args.count, bytes = m * t->dtype_size;
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, bytes);
+  if (st != CHORUS_OK) return st;
+  uint64_t id = chorus__shm_id(s);
   _Alignas(64) unsigned char a[CHORUS_SHM_LL_MAX_BYTES], b[CHORUS_SHM_LL_MAX_BYTES];
-  size_t m = t->args.count;
   char* dst = t->args.recvbuf;
-  ll_read(t, 0, id, a);
-  ll_read(t, 1, id, b);
+  chorus__ll_read(t, 0, id, bytes, a);
+  chorus__ll_read(t, 1, id, bytes, b);
   s->reduce(dst, a, b, m);
   for (int q = 2; q < t->nranks; q++) {
-    ll_read(t, q, id, b);
+    chorus__ll_read(t, q, id, bytes, b);
     s->reduce(dst, dst, b, m);
   }
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
-  chorus__conn_shm_publish(t, SHM_DONE, id);
-  *last = id;
-  s->k = s->nchunks;
+  chorus__ll_done(t, s);
   return CHORUS_OK;
 }
 

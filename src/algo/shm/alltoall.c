@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "algo/algos.h"
+#include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
 /* 2 ranks, alternating (docs/compare.md): blocks of 8 KiB and more read faster than staged. */
@@ -128,6 +129,27 @@ static void set_aside(chorus_task_t* t, alltoall_state_t* a) {
   a->set_aside = 1;
 }
 
+/* All blocks together at most CHORUS_SHM_LL_MAX_BYTES: through the LL buffers (ll.h). */
+static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t block = t->args.count * t->dtype_size, all = block * (size_t)t->nranks;
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all);
+  if (st != CHORUS_OK) return st;
+  unsigned char* out = t->args.recvbuf;
+  const unsigned char* in = t->args.sendbuf;
+  _Alignas(64) unsigned char theirs[CHORUS_SHM_LL_MAX_BYTES];
+  for (int q = 0; q < t->nranks; q++) {
+    unsigned char* dst = out + (size_t)q * block;
+    if (q != t->rank) {
+      chorus__ll_read(t, q, chorus__shm_id(s), all, theirs);
+      memcpy(dst, theirs + (size_t)t->rank * block, block);
+    } else if (dst != in + (size_t)q * block) { /* else in place */
+      memcpy(dst, in + (size_t)q * block, block);
+    }
+  }
+  chorus__ll_done(t, s);
+  return CHORUS_OK;
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant == CHORUS_VARIANT_CMA) {
     alltoall_state_t* a = t->state;
@@ -136,6 +158,8 @@ static chorus_status_t progress(chorus_task_t* t) {
   }
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size, count = t->args.count;
+  if (s->nchunks == 1 && count * es * (size_t)t->nranks <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
+    return progress_ll(t, s);
   char* out = t->args.recvbuf;
   const char* in = t->args.sendbuf;
   chorus_status_t st = CHORUS_OK;

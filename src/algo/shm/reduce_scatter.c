@@ -19,6 +19,7 @@
  * receive buffer (N read, N/n written per rank).
  */
 #include "algo/algos.h"
+#include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
 static size_t chunk_elems(const chorus_task_t* t) {
@@ -69,9 +70,32 @@ static const char* block_input(const chorus_task_t* t, const chorus_shm_op_t* s,
   return q == t->rank && unstaged ? own : chorus__shm_op_slot(t, s, q, which) + off;
 }
 
+/* All blocks together at most CHORUS_SHM_LL_MAX_BYTES: through the LL buffers (ll.h); every
+ * rank combines its block from every rank's words, in rank order. */
+static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t m = t->args.count, block = m * t->dtype_size, all = block * (size_t)t->nranks, mine = (size_t)t->rank * block;
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all);
+  if (st != CHORUS_OK) return st;
+  uint64_t id = chorus__shm_id(s);
+  _Alignas(64) unsigned char a[CHORUS_SHM_LL_MAX_BYTES], b[CHORUS_SHM_LL_MAX_BYTES];
+  char* dst = t->args.recvbuf;
+  chorus__ll_read(t, 0, id, all, a);
+  chorus__ll_read(t, 1, id, all, b);
+  s->reduce(dst, a + mine, b + mine, m);
+  for (int q = 2; q < t->nranks; q++) {
+    chorus__ll_read(t, q, id, all, b);
+    s->reduce(dst, dst, b + mine, m);
+  }
+  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+  chorus__ll_done(t, s);
+  return CHORUS_OK;
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
+  if (s->nchunks == 1 && t->args.count * t->dtype_size * (size_t)t->nranks <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
+    return progress_ll(t, s);
   size_t es = t->dtype_size, block = t->args.count;
   int unstaged = own_block_unstaged(t);
   chorus_status_t st = CHORUS_OK;
