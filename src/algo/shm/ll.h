@@ -101,6 +101,22 @@ static inline chorus_status_t chorus__ll_exchange(chorus_task_t* t, chorus_shm_o
   return CHORUS_OK;
 }
 
+/* Combines m elements at byte `off` of every rank's payload (`bytes` long) into dst, in rank
+ * order, as every rank does, so that all get the same bits; avg divides. */
+static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size_t bytes, size_t off, char* dst,
+                                      size_t m) {
+  uint64_t id = chorus__shm_id(s);
+  _Alignas(64) unsigned char a[CHORUS_SHM_LL_MAX_BYTES], b[CHORUS_SHM_LL_MAX_BYTES];
+  chorus__ll_read(t, 0, id, bytes, a);
+  chorus__ll_read(t, 1, id, bytes, b);
+  s->reduce(dst, a + off, b + off, m);
+  for (int q = 2; q < t->nranks; q++) {
+    chorus__ll_read(t, q, id, bytes, b);
+    s->reduce(dst, dst, b + off, m);
+  }
+  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+}
+
 static inline void chorus__ll_done(chorus_task_t* t, chorus_shm_op_t* s) {
   uint64_t id = chorus__shm_id(s);
   chorus__conn_shm_publish(t, SHM_DONE, id);

@@ -76,17 +76,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, block = m * t->dtype_size, all = block * (size_t)t->nranks, mine = (size_t)t->rank * block;
   chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all);
   if (st != CHORUS_OK) return st;
-  uint64_t id = chorus__shm_id(s);
-  _Alignas(64) unsigned char a[CHORUS_SHM_LL_MAX_BYTES], b[CHORUS_SHM_LL_MAX_BYTES];
-  char* dst = t->args.recvbuf;
-  chorus__ll_read(t, 0, id, all, a);
-  chorus__ll_read(t, 1, id, all, b);
-  s->reduce(dst, a + mine, b + mine, m);
-  for (int q = 2; q < t->nranks; q++) {
-    chorus__ll_read(t, q, id, all, b);
-    s->reduce(dst, dst, b + mine, m);
-  }
-  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
+  chorus__ll_combine(t, s, all, mine, t->args.recvbuf, m);
   chorus__ll_done(t, s);
   return CHORUS_OK;
 }
