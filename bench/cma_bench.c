@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -116,8 +117,12 @@ int main(int argc, char** argv) {
   if (sh == MAP_FAILED || !src || !dst) return 1;
   for (size_t i = 0; i < max_bytes; i++) src[i] = (char)(i * 131 + 7);
   memset(dst, 0, max_bytes);
-  pid_t owner = fork();
+  pid_t parent = getpid(), owner = fork();
   if (owner == 0) { /* the child owns src (its copy of it, at the same address) */
+    /* It spins for its parent's rounds: it must not outlive a parent that died (a reader piped
+     * into `head` that got SIGPIPE left it spinning on a core for hours). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     pin(1);
     owner_loop(sh, src, max_bytes);
     _exit(0);
