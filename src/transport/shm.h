@@ -23,8 +23,9 @@ typedef struct {
   int32_t pid;       /* the owner's process and its epoll wake-up eventfd there, so peers can */
   int32_t wakefd;    /* take a copy of it (pidfd_getfd) and wake it out of epoll */
   uint32_t wakes_all; /* the owner holds a working copy of every local peer's eventfd */
-  uint32_t reads_all; /* the owner can read every local peer's memory (process_vm_readv) */
-  uint64_t self_addr; /* where this bell lies in the owner's address space (read by the probe) */
+  uint32_t pad0;
+  uint64_t self_addr; /* where this bell lies in the owner's address space (read by the probe of
+                         single-copy reads, shm_setup.c) */
   char pad[32];
 } chorus_shm_bell_t;
 _Static_assert(sizeof(chorus_shm_bell_t) == 64, "a doorbell is one cache line");

@@ -66,30 +66,32 @@ static int reads_peer(const chorus_transport_t* tp, int i, int* err) {
   return n == (ssize_t)sizeof(got) && got == pid;
 }
 
-/* Copies of every local peer's eventfd, and whether their memory reads (tried only where this
- * rank allows single-copy reads); says in this rank's bell whether all worked. Without the
- * copies, waits that watch sockets and shared memory at once poll (transport.c). */
-static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local, int single_copy) {
-  int all = 1, reads = single_copy, read_err = 0, fd_err = 0;
+/* Copies of every local peer's eventfd; says in this rank's bell whether all worked. Without
+ * them, waits that watch sockets and shared memory at once poll (transport.c). */
+static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local) {
+  int all = 1;
   tp->local_wakefd = malloc((size_t)nlocal * sizeof(int));
   for (int i = 0; i < nlocal; i++) {
     int fd = tp->local_wakefd && i != my_local ? take_wakefd(tp, i) : -1;
     if (tp->local_wakefd) tp->local_wakefd[i] = fd;
-    if (i != my_local && fd < 0 && all) {
-      all = 0;
-      fd_err = errno;
-    }
-    if (i != my_local && reads && !reads_peer(tp, i, &read_err)) reads = 0;
+    if (i != my_local && fd < 0) all = 0;
   }
   if (!all)
     CH_INFO(INIT, tp->rank, "cannot take a copy of every local peer's eventfd (%s): waits on sockets and shared "
-            "memory together will poll", strerror(fd_err));
-  if (!reads && single_copy)
+            "memory together will poll", strerror(errno));
+  __atomic_store_n(&chorus__shm_bell(&tp->shm, my_local)->wakes_all, (uint32_t)all, __ATOMIC_RELEASE);
+}
+
+/* Whether this rank can read every local peer's memory. */
+static int reads_every_peer(const chorus_transport_t* tp, int nlocal, int my_local) {
+  int err = 0;
+  for (int i = 0; i < nlocal; i++) {
+    if (i == my_local || reads_peer(tp, i, &err)) continue;
     CH_INFO(INIT, tp->rank, "cannot read local peers' memory (process_vm_readv: %s): no single-copy reads",
-            read_err ? strerror(read_err) : "read back another value");
-  chorus_shm_bell_t* me = chorus__shm_bell(&tp->shm, my_local);
-  __atomic_store_n(&me->reads_all, (uint32_t)reads, __ATOMIC_RELEASE);
-  __atomic_store_n(&me->wakes_all, (uint32_t)all, __ATOMIC_RELEASE);
+            err ? strerror(err) : "read back another value");
+    return 0;
+  }
+  return 1;
 }
 
 /* Single-copy reads need every pair, and pay only while every rank has a CPU of its own (with
@@ -97,8 +99,7 @@ static void take_wakefds(chorus_transport_t* tp, int nlocal, int my_local, int s
  * gathers each rank's word and answers with the verdict, so that every rank of the host
  * chooses alike. */
 static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, int nlocal, int my_local,
-                                      uint64_t deadline) {
-  int32_t all = __atomic_load_n(&chorus__shm_bell(&tp->shm, my_local)->reads_all, __ATOMIC_ACQUIRE);
+                                      int32_t all, uint64_t deadline) {
   chorus_status_t st = CHORUS_OK;
   if (my_local == 0) {
     for (int i = 1; i < nlocal && st >= 0; i++) {
@@ -180,8 +181,8 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   tp->shm.my_local = my_local;
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
-  take_wakefds(tp, nlocal, my_local, single_copy);
-  st = agree_on_reads(tp, local, nlocal, my_local, deadline_ns);
+  take_wakefds(tp, nlocal, my_local);
+  st = agree_on_reads(tp, local, nlocal, my_local, single_copy && reads_every_peer(tp, nlocal, my_local), deadline_ns);
   if (st < 0) return st; /* the communicator fails: its destroy releases all of it */
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
   tp->shm_all_local = nlocal == tp->nranks;

@@ -26,6 +26,11 @@ int chorus__stream_tx_advance(chorus_stream_t* s, const chorus_xfer_t* x, size_t
  * stream failed. */
 chorus_status_t chorus__stream_send(chorus_transport_t* tp, chorus_stream_t* s, int* moved);
 chorus_status_t chorus__stream_recv(chorus_transport_t* tp, chorus_stream_t* s, int* moved);
+/* Whether a TCP stream's bytes read ahead (rx_stage) can move now: they come with no epoll
+ * edge, but a header whose frame waits for its receive holds them back until one is posted. */
+static inline int chorus__stream_read_ahead_usable(const chorus_stream_t* s) {
+  return chorus__tcp_rx_staged(s) && !(s->rx_hdr_off == sizeof(s->rx_hdr) && !s->rx_routed);
+}
 /* Whether anything may take the stream's next bytes (transport.c says what). */
 int chorus__stream_wanted(const chorus_transport_t* tp, const chorus_stream_t* s);
 /* Reads the next data frame's header, handling the control frames before it; 1 when it is

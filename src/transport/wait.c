@@ -25,10 +25,7 @@ static void pending_kinds(const chorus_transport_t* tp, int* tcp, int* shm, int*
       if (!reads && !sends) continue;
       if (!s->is_shm) {
         *tcp = 1;
-        /* Bytes read ahead come with no edge; but a header whose frame waits for its receive
-         * (the stream is wanted for what may follow it) cannot be passed: sleep then. */
-        int stuck = s->rx_hdr_off == sizeof(s->rx_hdr) && !s->rx_routed;
-        if (reads && chorus__tcp_rx_staged(s) && !stuck) *ready = 1;
+        if (reads && chorus__stream_read_ahead_usable(s)) *ready = 1;
         continue;
       }
       *shm = 1;

@@ -27,11 +27,10 @@
 #define SINGLE_COPY_MAX_BLOCK (32u * 1024u * 1024u)
 
 /* The op, and where an in-place rank's send buffer is set aside for the single-copy reads (when
- * the call starts: one posted behind another may be writing it until then). */
+ * the call starts, before it publishes: one posted behind another may be writing it until then). */
 typedef struct {
   chorus_shm_op_t op; /* first: the shm helpers take the state as their op */
   char* aside;
-  int set_aside;
 } alltoall_state_t;
 
 static int single_copy_pays(const chorus_task_t* t, size_t block) {
@@ -44,15 +43,15 @@ static size_t chunk_elems(const chorus_task_t* t) {
   return per_block ? per_block : 1;
 }
 
-/* Staged, only calls of up to STAGED_MAX_BYTES (all blocks), in one chunk: with 4 ranks on 2
- * cores the pairwise exchange took 0.9x its time at 256 KiB and 1 MiB, 0.8x at 2 and 16 MiB (in
- * several chunks every chunk waits for all ranks twice); 1.05x at 64 KiB, 0.65x below. */
+/* Staged, only calls of up to STAGED_MAX_BYTES (all blocks): with 4 ranks on 2 cores the
+ * pairwise exchange took 0.9x its time at 256 KiB and 1 MiB, 0.8x at 2 and 16 MiB (in several
+ * chunks every chunk waits for all ranks twice); 1.05x at 64 KiB, 0.65x below. Slots hold at
+ * least 64 KiB (CHORUS_SHM_SLOT_SIZE's floor), so such a call is one chunk. */
 #define STAGED_MAX_BYTES (64u * 1024u)
 
 static int supported(const chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
-  int staged = t->args.count <= chunk_elems(t) && block * (size_t)t->nranks <= STAGED_MAX_BYTES;
-  return chorus__conn_shm_avail(t) && (staged || single_copy_pays(t, block));
+  return chorus__conn_shm_avail(t) && (block * (size_t)t->nranks <= STAGED_MAX_BYTES || single_copy_pays(t, block));
 }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
@@ -126,7 +125,6 @@ static void set_aside(chorus_task_t* t, alltoall_state_t* a) {
   size_t block = t->args.count * t->dtype_size;
   for (int q = 0; q < t->nranks; q++) /* the others read only their blocks */
     if (q != t->rank) memcpy(a->aside + (size_t)q * block, (const char*)t->args.sendbuf + (size_t)q * block, block);
-  a->set_aside = 1;
 }
 
 /* All blocks together at most CHORUS_SHM_LL_MAX_BYTES: through the LL buffers (ll.h). */
@@ -153,7 +151,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant == CHORUS_VARIANT_CMA) {
     alltoall_state_t* a = t->state;
-    if (a->aside && !a->set_aside) set_aside(t, a);
+    if (a->aside && a->op.stage == 0) set_aside(t, a); /* stage 0 publishes in this very call */
     return chorus__shm_zc_progress(t, single_copy);
   }
   chorus_shm_op_t* s = t->state;
