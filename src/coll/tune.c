@@ -36,6 +36,17 @@
 #define PROBE_INTRA_BYTES (256u * 1024u)
 #define PROBE_INTER_BYTES (1024u * 1024u)
 
+/* Several sockets per TCP peer (CHORUS_NSOCKS_PER_PEER) are for links that carry more over
+ * several flows than over one: per-flow limits of cloud networks, flows hashed over the members
+ * of a bond or the paths of a fabric. Where one flow already fills the link they cost: on a
+ * 2-core machine's veth pair four sockets ran 0.89-0.99x of one (their four sets of buffers
+ * hold four times the bytes in flight, which the kernel's copies then read from farther
+ * caches). So the probe compares the two, in alternation, and keeps every socket only when
+ * they carry its exchange at least this much faster than one, a margin above the noise of
+ * single exchanges on a busy machine. */
+#define STRIPE_GAIN_MIN 1.15
+#define STRIPE_ROUNDS 3
+
 static int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -139,12 +150,74 @@ chorus_status_t chorus__tune_ring_us(chorus_comm_t* comm, size_t bytes, int reps
   return st;
 }
 
+/* ---- sockets per TCP peer ---- */
+
+/* Both ranks of a pair cut messages over `socks` sockets from now on, then exchange 8 bytes
+ * (whole on the first socket whatever the count): neither sends the other a message cut the new
+ * way before the other counts its parts the same way, and neither has a message of the old way
+ * still coming in (each entered here only once its last receive was done). */
+static chorus_status_t switch_stripes(chorus_comm_t* comm, int peer, int socks, char* buf) {
+  chorus__comm_set_stripes(comm, socks);
+  return chorus__sendrecv_internal(buf, 8, peer, buf + 8, 8, peer, comm);
+}
+
+chorus_status_t chorus__tune_compare_stripes(chorus_comm_t* comm, int peer, size_t bytes, int rounds,
+                                             double best_us[2]) {
+  char* buf = calloc(2, bytes < 16 ? 16 : bytes);
+  chorus_status_t st = buf ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
+  const int socks[2] = {1, comm->nsocks};
+  best_us[0] = best_us[1] = 0.0;
+  /* Alternating, so that a burst of load on the machine weighs on both counts alike. */
+  for (int r = 0; r < rounds && st >= 0; r++)
+    for (int k = 0; k < 2 && st >= 0; k++) {
+      double us = 0.0;
+      st = switch_stripes(comm, peer, socks[k], buf);
+      if (st >= 0) st = time_exchanges(comm, peer, peer, bytes, 1, buf, &us);
+      if (st >= 0 && (best_us[k] == 0.0 || us < best_us[k])) best_us[k] = us;
+    }
+  if (st >= 0) st = switch_stripes(comm, peer, comm->nsocks, buf); /* both ends done: a fence */
+  free(buf);
+  return st;
+}
+
+int chorus__tune_stripes_kept(const double best_us[2]) {
+  return best_us[0] >= STRIPE_GAIN_MIN * best_us[1];
+}
+
+/* The probe's pair that talks TCP: the inter-host pair, or on one host without shared memory
+ * the intra-host one; NULL when none does, or when each peer has a single socket anyway. */
+static const int* stripe_pair(const chorus_comm_t* comm, const int intra[2], const int inter[2]) {
+  if (comm->nsocks <= 1) return NULL;
+  if (inter[0] >= 0) return inter;
+  return intra[0] >= 0 && !comm->shm_enabled ? intra : NULL;
+}
+
 /* ---- the probe, shared through the store ---- */
 
 typedef struct {
   double intra[2], inter[2]; /* alpha_us, bytes_per_us; 0: not measured */
   double inter_ring;         /* bytes_per_us; 0: not measured */
+  double stripes;            /* sockets per TCP peer that messages are cut over; 0: not compared */
 } tune_figures_t;
+
+/* Rank `rank` of the pair that talks TCP (stripe_pair) compares one socket with all of them and
+ * keeps the figures of the count it chose (f->stripes; the bandwidth of its level). */
+static chorus_status_t probe_stripes(chorus_comm_t* comm, const int pair[2], double* bytes_per_us, double alpha_us,
+                                     tune_figures_t* f) {
+  double best_us[2];
+  int peer = comm->rank == pair[0] ? pair[1] : pair[0];
+  /* A part for every socket (they are never cut smaller), and a message past a shaper's burst. */
+  size_t bytes = (size_t)comm->nsocks * CHORUS_STRIPE_PART_BYTES;
+  if (bytes < PROBE_INTER_BYTES) bytes = PROBE_INTER_BYTES;
+  chorus_status_t st = chorus__tune_compare_stripes(comm, peer, bytes, STRIPE_ROUNDS, best_us);
+  if (st < 0) return st;
+  int kept = chorus__tune_stripes_kept(best_us);
+  f->stripes = kept ? comm->nsocks : 1;
+  *bytes_per_us = chorus__tune_bytes_per_us(bytes, best_us[kept], alpha_us);
+  CH_DEBUG(TUNE, comm->rank, "sockets per peer: %zu bytes with rank %d took %.0f us on 1 socket, %.0f us on %d: %s",
+           bytes, peer, best_us[0], best_us[1], comm->nsocks, kept ? "all kept" : "one used");
+  return CHORUS_OK;
+}
 
 static chorus_status_t store_failed(chorus_comm_t* comm, chorus_store_t* store, chorus_status_t st) {
   chorus__comm_set_error(comm, "rank %d: sharing the link probe's figures: %s", comm->rank,
@@ -217,7 +290,8 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   chorus__tune_probe_pairs(topo, intra, inter);
   int ia = intra[0], b = intra[1];
   int a = topo->by_host[0], c = inter[1]; /* host 0's and host 1's first ranks */
-  tune_figures_t f = {{0, 0}, {0, 0}, 0};
+  const int* tcp_pair = stripe_pair(comm, intra, inter);
+  tune_figures_t f = {{0, 0}, {0, 0}, 0, 0};
   chorus_link_model_t m;
   chorus_status_t st = CHORUS_OK;
   char key[80];
@@ -232,6 +306,7 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     st = chorus__tune_measure(comm, comm->rank == ia ? b : ia, PROBE_SMALL_REPS, PROBE_INTRA_BYTES, -1, &m);
     f.intra[0] = m.alpha_us;
     f.intra[1] = m.bytes_per_us;
+    if (st >= 0 && tcp_pair == intra) st = probe_stripes(comm, intra, &f.intra[1], f.intra[0], &f);
     if (st >= 0 && ia != a && comm->rank == ia) {
       st = chorus__store_set(store, probe_key(comm, "/intra", key, sizeof(key)), f.intra, sizeof(f.intra));
       if (st < 0) return store_failed(comm, store, st);
@@ -242,6 +317,7 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
                               chorus__tune_inter_lead(topo, comm->rank, a), &m);
     f.inter[0] = m.alpha_us;
     f.inter[1] = m.bytes_per_us;
+    if (st >= 0 && tcp_pair == inter) st = probe_stripes(comm, inter, &f.inter[1], f.inter[0], &f);
   }
   if (st < 0) return st;
   if (comm->rank == a && ia >= 0 && ia != a) {
@@ -265,6 +341,8 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
   if (f.intra[1] > 0) comm->cost.intra = (chorus_link_model_t){f.intra[0], f.intra[1]};
   if (f.inter[1] > 0) comm->cost.inter = (chorus_link_model_t){f.inter[0], f.inter[1]};
   comm->cost.inter_ring_bytes_per_us = f.inter_ring;
+  /* Every rank is past its last message of the probe: from here on all count parts alike. */
+  if (f.stripes > 0) chorus__comm_set_stripes(comm, (int)f.stripes);
   return CHORUS_OK;
 }
 
@@ -339,10 +417,14 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   char ring[48] = "";
   if (comm->cost.inter_ring_bytes_per_us > 0.0)
     snprintf(ring, sizeof(ring), " (%.0f B/us in a ring of hosts)", comm->cost.inter_ring_bytes_per_us);
+  char socks[64] = "";
+  if (comm->nsocks > 1)
+    snprintf(socks, sizeof(socks), "; TCP messages cut over %d of %d sockets per peer", comm->tp.stripe_socks,
+             comm->nsocks);
   CH_INFO(TUNE, comm->rank, "links (%s): intra %.1f us + %.0f B/us, inter %.1f us + %.0f B/us%s; waits spin %d us, "
-          "%d us for calls of up to %.0f bytes", source, comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us,
+          "%d us for calls of up to %.0f bytes%s", source, comm->cost.intra.alpha_us, comm->cost.intra.bytes_per_us,
           comm->cost.inter.alpha_us, comm->cost.inter.bytes_per_us, ring, comm->spin_us, comm->spin_small_us,
-          comm->cost.spin_bytes);
+          comm->cost.spin_bytes, socks);
   return CHORUS_OK;
 }
 

@@ -591,6 +591,7 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
     c->cost.inter = comm->cost.inter;
     c->cost.inter_ring_bytes_per_us = comm->cost.inter_ring_bytes_per_us;
     st = chorus__comm_connect(c, listen_fd, sub);
+    if (st >= 0) chorus__comm_set_stripes(c, comm->tp.stripe_socks); /* and the parent's socket count */
     if (st >= 0) st = chorus__tune_links(c, NULL);
     if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", c->last_error);
   }

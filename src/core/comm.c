@@ -379,6 +379,20 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
   return CHORUS_OK;
 }
 
+void chorus__comm_set_stripes(chorus_comm_t* comm, int socks) {
+  comm->tp.stripe_socks = socks < 1 ? 1 : socks > comm->nsocks ? comm->nsocks : socks;
+  /* A message to a TCP peer is cut into one part per socket in use: engines' chunks hold a
+   * whole CHORUS_BUFF_SIZE per socket, since parts of a quarter of it cost more in calls and
+   * waits than the extra sockets gain (measured 0.7-0.85x of one socket with 4 sockets at 256
+   * KiB chunks, parity with 1 MiB chunks). Engines hold a few chunks of scratch each: at most
+   * MSG_CHUNK_MAX_BYTES, unless CHORUS_BUFF_SIZE itself is more. */
+  int tcp_peers = comm->host_count > 1 || !comm->shm_enabled;
+  size_t parts = tcp_peers ? (size_t)comm->tp.stripe_socks : 1;
+  comm->msg_chunk_bytes = comm->chunk_bytes * parts;
+  if (comm->msg_chunk_bytes > MSG_CHUNK_MAX_BYTES)
+    comm->msg_chunk_bytes = comm->chunk_bytes > MSG_CHUNK_MAX_BYTES ? comm->chunk_bytes : MSG_CHUNK_MAX_BYTES;
+}
+
 chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
                                      const chorus_peer_info_t* infos) {
   uint64_t deadline = chorus__now_ns() + (uint64_t)comm->connect_timeout_sec * CHORUS_NS_PER_SEC;
@@ -396,15 +410,7 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
     CH_WARN(comm->rank, "%s", comm->tp.err);
     return st;
   }
-  /* A message to a TCP peer is cut into one part per socket: engines' chunks hold a whole
-   * CHORUS_BUFF_SIZE per socket, since parts of a quarter of it cost more in calls and waits
-   * than the extra sockets gain (measured 0.7-0.85x of one socket with 4 sockets at 256 KiB
-   * chunks, parity with 1 MiB chunks). Engines hold a few chunks of scratch each: at most
-   * MSG_CHUNK_MAX_BYTES, unless CHORUS_BUFF_SIZE itself is more. */
-  int parts = comm->nsocks > 1 && (comm->host_count > 1 || !comm->shm_enabled) ? comm->nsocks : 1;
-  comm->msg_chunk_bytes = comm->chunk_bytes * (size_t)parts;
-  if (comm->msg_chunk_bytes > MSG_CHUNK_MAX_BYTES)
-    comm->msg_chunk_bytes = comm->chunk_bytes > MSG_CHUNK_MAX_BYTES ? comm->chunk_bytes : MSG_CHUNK_MAX_BYTES;
+  chorus__comm_set_stripes(comm, comm->nsocks);
   comm->tp.status_answer = chorus__conn_status_answer;
   comm->tp.status_ctx = comm;
   comm->last_activity_ns = chorus__now_ns();

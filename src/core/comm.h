@@ -124,6 +124,10 @@ chorus_status_t chorus__comm_alloc(chorus_comm_t** out, int nranks, int rank);
 /* Frees everything; the engine must be idle. */
 void chorus__comm_free(chorus_comm_t* comm);
 
+/* Cuts messages to TCP peers over `socks` of their sockets (1..nsocks) from now on, and sizes
+ * engines' chunks to match. Every rank must hold the same count before its next message to a
+ * peer that might be striped (tune.c agrees on it during the link probe). */
+void chorus__comm_set_stripes(chorus_comm_t* comm, int socks);
 /* Connects the communicator given every rank's info and this rank's listener, then derives
  * the topology. Used by bootstrap (store) and split (parent allgather). */
 chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,

@@ -177,6 +177,7 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
                                               const uint8_t secret[16], uint64_t deadline_ns) {
   chorus_status_t st = alloc_sockets(tp, nsocks);
   if (st < 0) return st;
+  tp->stripe_socks = nsocks;
   for (int p = 0; p < tp->nranks; p++) {
     snprintf(tp->peers[p].host, sizeof(tp->peers[p].host), "%s", infos[p].host_id);
     snprintf(tp->peers[p].addr, sizeof(tp->peers[p].addr), "%s", infos[p].addr);

@@ -3,8 +3,8 @@
  * posting order per stream, a 48-byte header (frame.h) then the payload, written in one call
  * and received straight into the destination buffer once the header has been validated.
  * Messages to a TCP peer with several sockets are cut into parts of at least
- * CHORUS_STRIPE_PART_BYTES, one per socket, as many as fit (a message smaller than two parts
- * travels whole on the first socket).
+ * CHORUS_STRIPE_PART_BYTES, one per socket in use (stripe_socks), as many as fit (a message
+ * smaller than two parts travels whole on the first socket).
  * Status frames (frame.h) ride on the TCP sockets between data frames: a rank that timed out
  * asks its peers, which answer from their progress passes; they never count as progress. The
  * status exchange itself is in status.c, the waiting in wait.c; both reach the streams through
@@ -514,9 +514,10 @@ static void read_last_words(chorus_transport_t* tp, chorus_stream_t* s) {
 
 int chorus__stream_nparts(const chorus_transport_t* tp, int peer, size_t nbytes) {
   const chorus_peer_t* p = &tp->peers[peer];
-  if (p->nsocks <= 1 || p->socks[0].is_shm) return 1;
+  int socks = p->nsocks < tp->stripe_socks ? p->nsocks : tp->stripe_socks;
+  if (socks <= 1 || p->socks[0].is_shm) return 1;
   size_t fit = nbytes / CHORUS_STRIPE_PART_BYTES;
-  return fit < 2 ? 1 : fit < (size_t)p->nsocks ? (int)fit : p->nsocks;
+  return fit < 2 ? 1 : fit < (size_t)socks ? (int)fit : socks;
 }
 
 chorus_status_t chorus__stream_post_parts(chorus_transport_t* tp, chorus_xfer_t* x, int nparts) {

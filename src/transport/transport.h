@@ -108,6 +108,10 @@ typedef struct chorus_transport {
   int epfd;   /* every socket, edge-triggered, plus wakefd */
   int wakefd; /* eventfd: wakes a sleeping progress thread (abort, new work) */
   chorus_peer_t* peers;
+  /* How many of a TCP peer's sockets a message is cut over (1..nsocks): all of them once
+   * connected, fewer when the link probe found that more flows carry no more (tune.c). Every
+   * rank holds the same figure, as both ends of a message count its parts alike. */
+  int stripe_socks;
   chorus_shm_seg_t shm;        /* this host's segment; base NULL without shm peers */
   chorus_shm_bell_t* my_bell;  /* this rank's doorbell in it */
   const int* local_ranks;      /* communicator rank of every local index (the host's group) */
@@ -235,8 +239,8 @@ void chorus__transport_destroy(chorus_transport_t* tp);
 chorus_status_t chorus__stream_post(chorus_transport_t* tp, chorus_xfer_t* x);
 chorus_status_t chorus__stream_post_parts(chorus_transport_t* tp, chorus_xfer_t* x, int nparts);
 chorus_status_t chorus__self_post(chorus_transport_t* tp, chorus_xfer_t* x);
-/* Parts a message of nbytes to peer is cut into (at most one per socket of a TCP peer, each of
- * at least CHORUS_STRIPE_PART_BYTES); the receiver computes the same. */
+/* Parts a message of nbytes to peer is cut into (at most one per socket of a TCP peer, and
+ * stripe_socks, each of at least CHORUS_STRIPE_PART_BYTES); the receiver computes the same. */
 int chorus__stream_nparts(const chorus_transport_t* tp, int peer, size_t nbytes);
 /* Queues a CTS for message number `seq` to peer, written in its first stream between frames. */
 chorus_status_t chorus__stream_queue_cts(chorus_transport_t* tp, int peer, uint64_t seq);

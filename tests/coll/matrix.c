@@ -877,8 +877,10 @@ void mx_run_tcp(chorus_coll_t coll, int nranks) {
 
 /* Ranks of one host over TCP with 3 sockets per peer: messages of 512 KiB and more are striped
  * in parts of at least 256 KiB (2 or 3 parts, and parts that are not a multiple of the element
- * size); engines' chunks are 3 x 256 KiB. Both ends must cut every message alike. */
-static const char* const striped_env[] = {"CHORUS_SHM_DISABLE=1", "CHORUS_NSOCKS_PER_PEER=3", NULL};
+ * size); engines' chunks are 3 x 256 KiB. Both ends must cut every message alike. Without the
+ * link probe, which on loopback would keep one socket (tune.c). */
+static const char* const striped_env[] = {"CHORUS_SHM_DISABLE=1", "CHORUS_NSOCKS_PER_PEER=3", "CHORUS_TUNE=0",
+                                          NULL};
 static const size_t striped_counts[] = {262147, (1 << 20) + 3};
 
 void mx_run_striped(chorus_coll_t coll, int nranks) {

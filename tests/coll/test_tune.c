@@ -321,3 +321,57 @@ TEST(spin_follows_the_links_unless_set) {
   ranks_set_hosts(0, NULL);
   unsetenv("CHORUS_TUNE");
 }
+
+/* Several sockets per peer (CHORUS_NSOCKS_PER_PEER=3): the probe compares one socket with all
+ * three and every rank ends cutting messages over the same count, 1 or 3 (on loopback which one
+ * depends on the machine); without the probe all three. Either way a 3 MiB allreduce (cut into
+ * 3 parts of 1 MiB when striped) is exact, and a split keeps its parent's count. */
+static int check_stripes(chorus_comm_t* comm, int rank, void* arg) {
+  int want = *(const int*)arg; /* 0: 1 or 3 */
+  int mine = comm->tp.stripe_socks, all[4];
+  if (want) ASSERT_EQ(mine, want);
+  else ASSERT_TRUE(mine == 1 || mine == 3);
+  ASSERT_EQ(comm->msg_chunk_bytes, comm->chunk_bytes * (size_t)mine);
+  ASSERT_OK(chorus_allgather(&mine, all, 1, CHORUS_INT32, comm));
+  for (int r = 1; r < 4; r++) ASSERT_EQ(all[r], all[0]);
+  enum { N = 3 << 18 }; /* float32: 3 MiB */
+  float* buf = malloc(N * sizeof(float));
+  ASSERT_TRUE(buf != NULL);
+  for (int i = 0; i < N; i++) buf[i] = (float)((i + rank) % 1000);
+  ASSERT_OK(chorus_allreduce(buf, buf, N, CHORUS_FLOAT32, CHORUS_SUM, comm));
+  int wrong = 0;
+  for (int i = 0; i < N; i++) {
+    float want_sum = 0.0f;
+    for (int r = 0; r < 4; r++) want_sum += (float)((i + r) % 1000);
+    wrong += buf[i] != want_sum;
+  }
+  free(buf);
+  ASSERT_EQ(wrong, 0);
+  chorus_comm_t* half = NULL;
+  ASSERT_OK(chorus_comm_split(comm, rank % 2, rank, &half));
+  ASSERT_EQ(half->tp.stripe_socks, mine);
+  ASSERT_OK(chorus_comm_destroy(half));
+  return 0;
+}
+
+TEST(sockets_per_peer_agreed_by_the_probe) {
+  setenv("CHORUS_NSOCKS_PER_PEER", "3", 1);
+  ranks_set_hosts(4, kTwoHosts);
+  int either = 0, all = 3;
+  ASSERT_EQ(run_ranks(4, check_stripes, &either), 0);
+  setenv("CHORUS_TUNE", "0", 1);
+  ASSERT_EQ(run_ranks(4, check_stripes, &all), 0);
+  unsetenv("CHORUS_TUNE");
+  ranks_set_hosts(0, NULL);
+  unsetenv("CHORUS_NSOCKS_PER_PEER");
+}
+
+/* Every socket is kept only when they were clearly faster than one. */
+TEST(stripes_kept_only_when_clearly_faster) {
+  const double equal[2] = {1000.0, 1000.0}, slower[2] = {1000.0, 1100.0}, slightly[2] = {1000.0, 950.0},
+               twice[2] = {1000.0, 500.0};
+  ASSERT_EQ(chorus__tune_stripes_kept(equal), 0);
+  ASSERT_EQ(chorus__tune_stripes_kept(slower), 0);
+  ASSERT_EQ(chorus__tune_stripes_kept(slightly), 0);
+  ASSERT_EQ(chorus__tune_stripes_kept(twice), 1);
+}

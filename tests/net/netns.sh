@@ -67,6 +67,45 @@ net_shape() {
   tc -n "$sw" qdisc replace dev "${NET_TAG}p$1" root tbf rate "$2" burst 256kb latency 50ms
 }
 
+# net_create_paths P: 2 hosts joined by P direct links (no switch), each its own /24
+# (198.19.<p>.<i+1>), the host's address 198.18.0.<i+1> on its loopback, routed over all P
+# links at once with a per-flow hash of addresses and ports (ECMP, as a fabric or a bond does):
+# one TCP flow takes one link, several flows spread over them.
+net_create_paths() {
+  local paths=$1 i p
+  for ((i = 0; i < 2; i++)); do
+    ip netns add "$(net_ns "$i")" || return 1
+    NET_HOSTS=$((i + 1))
+    ip -n "$(net_ns "$i")" link set lo up
+    ip -n "$(net_ns "$i")" addr add "$(net_ip "$i")/32" dev lo
+    ip netns exec "$(net_ns "$i")" sysctl -qw net.ipv4.fib_multipath_hash_policy=1
+  done
+  for ((p = 0; p < paths; p++)); do
+    ip link add "${NET_TAG}a$p" netns "$(net_ns 0)" type veth peer name "${NET_TAG}b$p" netns "$(net_ns 1)" || return 1
+    for ((i = 0; i < 2; i++)); do
+      local dev="${NET_TAG}a$p"
+      ((i == 1)) && dev="${NET_TAG}b$p"
+      ip -n "$(net_ns "$i")" link set "$dev" name "eth$p"
+      ip -n "$(net_ns "$i")" addr add "198.19.$p.$((i + 1))/24" dev "eth$p"
+      ip -n "$(net_ns "$i")" link set "eth$p" up
+    done
+  done
+  for ((i = 0; i < 2; i++)); do
+    local hops=() other=$((1 - i))
+    for ((p = 0; p < paths; p++)); do hops+=(nexthop via "198.19.$p.$((other + 1))" dev "eth$p"); done
+    ip -n "$(net_ns "$i")" route add "$(net_ip "$other")/32" src "$(net_ip "$i")" "${hops[@]}" || return 1
+  done
+}
+# net_shape_paths P RATE: every link of net_create_paths limited to RATE each way.
+net_shape_paths() {
+  local p i
+  for ((p = 0; p < $1; p++)); do
+    for ((i = 0; i < 2; i++)); do
+      tc -n "$(net_ns "$i")" qdisc replace dev "eth$p" root tbf rate "$2" burst 256kb latency 50ms || return 1
+    done
+  done
+}
+
 # net_cut HOST: takes HOST's link down (no FIN, no RST: the peers just stop hearing from it).
 net_cut() { ip -n "$(net_ns "$1")" link set eth0 down; }
 
@@ -94,11 +133,19 @@ net_wait() {
   return 0
 }
 
-net_cleanup() {
+# net_cleanup_hosts: ends the started ranks and removes the namespaces (for a test that makes
+# another cluster next); net_cleanup also removes NET_TMP.
+net_cleanup_hosts() {
   local pid i
   for pid in "${NET_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
   for pid in "${NET_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  NET_PIDS=()
   for ((i = 0; i < NET_HOSTS; i++)); do ip netns del "$(net_ns "$i")" 2>/dev/null; done
   ip netns del "${NET_TAG}sw" 2>/dev/null
+  NET_HOSTS=0
+}
+
+net_cleanup() {
+  net_cleanup_hosts
   rm -rf "${NET_TMP:-/nonexistent}"
 }

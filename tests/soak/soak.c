@@ -588,6 +588,8 @@ static int make_comms(rank_state_t* rs, int n) {
     char nsocks[16];
     snprintf(nsocks, sizeof(nsocks), "%d", s->nsocks);
     setenv("CHORUS_NSOCKS_PER_PEER", nsocks, 1);
+    /* Without the link probe every socket carries parts (on loopback the probe would use one). */
+    setenv("CHORUS_TUNE", s->nsocks > 1 ? "0" : "1", 1);
     chorus_unique_id_t id;
     if (chorus_get_unique_id(&id) != CHORUS_OK) return -1;
     init_arg_t args[MAX_RANKS];
