@@ -265,7 +265,9 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
           ;;
         chorus_* | chorussys_*)
           cc_env=(); [[ $c == chorussys_* ]] && cc_env=(CHORUS_SOCKET_CC=system)
-          chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#*_}" "${cc_env[@]}" -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
+          # The link probe's line says over how many sockets messages are cut (tune.c).
+          chorus_run "$log" host CHORUS_NSOCKS_PER_PEER="${c#*_}" "${cc_env[@]}" CHORUS_LOG_LEVEL=info \
+            CHORUS_LOG_SUBSYS=TUNE -- allreduce -b "$b" -e "$b" -n 10 -w 3 -c 1 -d float32
           # busbw (GB/s) as Gbit/s: comparable with iperf3's per-direction rate
           v=$(awk -v b="$b" '$1 == b && $NF == 0 { print $8 * 8 }' "$log")
           ;;
@@ -295,6 +297,12 @@ print(sum(r) / len(r) / 1e9)' "$log") || v=""
         sub("chorussys_", "chorus-perf allreduce 256 MiB busbw, CHORUS_SOCKET_CC=system, NSOCKS_PER_PEER=", name)
         printf "| %s | %.2f | %s | %s | %s | %s | %s |\n", name, m, ratio(a), ratio(d), ratio(e), ratio(f), ratio(g) }
         function ratio(r) { return r == "" ? "-" : sprintf("%.2fx", r) }'
+    done
+    for c in $line_rows; do
+      [[ $c == chorus*_[2-9]* ]] || continue
+      kept=$(grep -l "cut over ${c#*_} of ${c#*_} sockets" "$out"/raw/line."$c".rep*.log 2>/dev/null | wc -l)
+      echo
+      echo "$c: the link probe kept all ${c#*_} sockets in $kept of $reps runs (one socket in the others)"
     done
   } >"$out/table.md"
   exit 0

@@ -8,6 +8,9 @@
  * the bootstrap store and every rank reads them from there. On 3 hosts or more, the first rank
  * of every host then sends 1 MiB to the next host's and receives from the previous one's, all at
  * once (the ring figure, algo.h). About 1 ms on one host, a few tens of ms over 2 Gbit/s links.
+ * With several sockets per TCP peer the pair that talks TCP also compares one socket with all of
+ * them, and every rank cuts messages over the count host 0's rank chose (about 30 ms on an
+ * unshaped veth pair, 170 ms over a 2 Gbit/s link).
  * Exchanges are the library's own point-to-point calls (numbered per pair, so the collective
  * sequence still starts at 0 for the user; outside CHORUS_ALGO, the recorder and the trace).
  */
@@ -46,6 +49,11 @@
  * single exchanges on a busy machine. */
 #define STRIPE_GAIN_MIN 1.15
 #define STRIPE_ROUNDS 3
+/* A part for each of up to 16 sockets (parts are never cut smaller: transport.h), and long
+ * enough for the flows to be past their start-up: over 4 links of 2 Gbit/s with a per-flow
+ * hash, where striping ran 1.9x faster than one socket, 1 MiB exchanges kept the sockets in 1
+ * launch of 5 (four flows' start took as long as one flow's whole message), 4 MiB in 4 of 5. */
+#define PROBE_STRIPE_BYTES (4u << 20)
 
 static int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
@@ -206,9 +214,7 @@ static chorus_status_t probe_stripes(chorus_comm_t* comm, const int pair[2], dou
                                      tune_figures_t* f) {
   double best_us[2];
   int peer = comm->rank == pair[0] ? pair[1] : pair[0];
-  /* A part for every socket (they are never cut smaller), and a message past a shaper's burst. */
-  size_t bytes = (size_t)comm->nsocks * CHORUS_STRIPE_PART_BYTES;
-  if (bytes < PROBE_INTER_BYTES) bytes = PROBE_INTER_BYTES;
+  size_t bytes = PROBE_STRIPE_BYTES;
   chorus_status_t st = chorus__tune_compare_stripes(comm, peer, bytes, STRIPE_ROUNDS, best_us);
   if (st < 0) return st;
   int kept = chorus__tune_stripes_kept(best_us);
