@@ -183,7 +183,14 @@ chorus_status_t chorus__tune_compare_stripes(chorus_comm_t* comm, int peer, size
       if (st >= 0) st = time_exchanges(comm, peer, peer, bytes, 1, buf, &us);
       if (st >= 0 && (best_us[k] == 0.0 || us < best_us[k])) best_us[k] = us;
     }
-  if (st >= 0) st = switch_stripes(comm, peer, comm->nsocks, buf); /* both ends done: a fence */
+  /* Back to every socket, and the two ends' figures to both (the exchange is the fence, as in
+   * switch_stripes): each end's time is mostly its incoming direction's, and a collective needs
+   * both, so both keep the slower figure of each count and decide alike. */
+  double theirs[2] = {0.0, 0.0};
+  chorus__comm_set_stripes(comm, comm->nsocks);
+  if (st >= 0) st = chorus__sendrecv_internal(best_us, sizeof(theirs), peer, theirs, sizeof(theirs), peer, comm);
+  for (int k = 0; k < 2 && st >= 0; k++)
+    if (theirs[k] > best_us[k]) best_us[k] = theirs[k];
   free(buf);
   return st;
 }
