@@ -92,7 +92,7 @@ ratio() { # C REF: median over repetitions of C / REF
   echo "| contender | Gbit/s (median) | / iperf3 1 stream | / Chorus, 1 socket |"
   echo "|---|---|---|---|"
   for c in $rows; do
-    m=$(awk -F, -v c="$c" '$2 == c { print $3 }' "$csv" | median)
+    m=$(awk -F, -v c="$c" '$2 == c { print $3 }' "$csv" | median | awk '{ printf "%.2f", $1 }')
     name=$c
     case $c in
       iperf3_*) name="iperf3, ${c#iperf3_} stream(s)" ;;
