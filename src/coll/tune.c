@@ -9,8 +9,8 @@
  * of every host then sends 1 MiB to the next host's and receives from the previous one's, all at
  * once (the ring figure, algo.h). About 1 ms on one host, a few tens of ms over 2 Gbit/s links.
  * With several sockets per TCP peer the pair that talks TCP also compares one socket with all of
- * them, and every rank cuts messages over the count host 0's rank chose (about 30 ms on an
- * unshaped veth pair, 170 ms over a 2 Gbit/s link).
+ * them, and every rank cuts messages over the count host 0's rank chose (a job's start took 7 ms
+ * longer on an unshaped veth pair, 224 ms over a 2 Gbit/s link: docs/cluster.md).
  * Exchanges are the library's own point-to-point calls (numbered per pair, so the collective
  * sequence still starts at 0 for the user; outside CHORUS_ALGO, the recorder and the trace).
  */
