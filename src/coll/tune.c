@@ -255,6 +255,18 @@ static const char* probe_key(const chorus_comm_t* comm, const char* what, char* 
   return key;
 }
 
+/* After the sockets comparison its second rank says it has read its last message, and the first
+ * (host 0's first rank, which publishes the count) waits for that: a rank that already cuts
+ * messages the chosen way must not reach the second while it still counts parts the old way (an
+ * engine that stood still for a while reads every peer's frames ahead). */
+static chorus_status_t stripes_fence(chorus_comm_t* comm, chorus_store_t* store, const int pair[2]) {
+  char key[80], done = 1;
+  probe_key(comm, "/stripes_done", key, sizeof(key));
+  if (comm->rank == pair[0]) return store_get_exact(comm, store, key, &done, 1);
+  chorus_status_t st = chorus__store_set(store, key, &done, 1);
+  return st < 0 ? store_failed(comm, store, st) : st;
+}
+
 void chorus__tune_probe_pairs(const chorus_topo_t* topo, int intra[2], int inter[2]) {
   /* Host 0 may have one rank (1+2+3): the defaults would then price every hand-over inside a host. */
   intra[0] = intra[1] = -1;
@@ -332,6 +344,8 @@ static chorus_status_t probe(chorus_comm_t* comm, chorus_store_t* store) {
     f.inter[1] = m.bytes_per_us;
     if (st >= 0 && tcp_pair == inter) st = probe_stripes(comm, inter, &f.inter[1], f.inter[0], &f);
   }
+  if (st >= 0 && tcp_pair && (comm->rank == tcp_pair[0] || comm->rank == tcp_pair[1]))
+    st = stripes_fence(comm, store, tcp_pair);
   if (st < 0) return st;
   if (comm->rank == a && ia >= 0 && ia != a) {
     if (ia != c && (st = chorus__store_set(store, probe_key(comm, "/inter_done", key, sizeof(key)), "1", 1)) < 0)
