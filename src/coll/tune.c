@@ -169,9 +169,12 @@ static chorus_status_t switch_stripes(chorus_comm_t* comm, int peer, int socks, 
   return chorus__sendrecv_internal(buf, 8, peer, buf + 8, 8, peer, comm);
 }
 
-chorus_status_t chorus__tune_compare_stripes(chorus_comm_t* comm, int peer, size_t bytes, int rounds,
-                                             double best_us[2]) {
-  char* buf = calloc(2, bytes < 16 ? 16 : bytes);
+/* Times exchanges of `bytes` (at least 16) with peer cut over one socket (best_us[0]) and over
+ * all comm->nsocks (best_us[1]), in `rounds` alternations: the fastest of each, the slower of
+ * the two ends' figures (both end with the same). Both ranks of the pair call it, and it leaves
+ * both cutting over all sockets. */
+static chorus_status_t compare_stripes(chorus_comm_t* comm, int peer, size_t bytes, int rounds, double best_us[2]) {
+  char* buf = calloc(2, bytes);
   chorus_status_t st = buf ? CHORUS_OK : CHORUS_ERR_NO_MEMORY;
   const int socks[2] = {1, comm->nsocks};
   best_us[0] = best_us[1] = 0.0;
@@ -215,14 +218,14 @@ typedef struct {
   double stripes;            /* sockets per TCP peer that messages are cut over; 0: not compared */
 } tune_figures_t;
 
-/* Rank `rank` of the pair that talks TCP (stripe_pair) compares one socket with all of them and
- * keeps the figures of the count it chose (f->stripes; the bandwidth of its level). */
+/* A rank of the pair that talks TCP (stripe_pair) compares one socket with all of them and keeps
+ * the figures of the count it chose (f->stripes; the bandwidth of its level). */
 static chorus_status_t probe_stripes(chorus_comm_t* comm, const int pair[2], double* bytes_per_us, double alpha_us,
                                      tune_figures_t* f) {
   double best_us[2];
   int peer = comm->rank == pair[0] ? pair[1] : pair[0];
   size_t bytes = PROBE_STRIPE_BYTES;
-  chorus_status_t st = chorus__tune_compare_stripes(comm, peer, bytes, STRIPE_ROUNDS, best_us);
+  chorus_status_t st = compare_stripes(comm, peer, bytes, STRIPE_ROUNDS, best_us);
   if (st < 0) return st;
   int kept = chorus__tune_stripes_kept(best_us);
   f->stripes = kept ? comm->nsocks : 1;

@@ -31,13 +31,8 @@ void chorus__tune_probe_pairs(const chorus_topo_t* topo, int intra[2], int inter
 /* Bandwidth from an exchange of `bytes` each way that took `us`, of which alpha_us start-up. */
 double chorus__tune_bytes_per_us(size_t bytes, double us, double alpha_us);
 
-/* Times exchanges of `bytes` with peer cut over one socket (best_us[0]) and over all
- * comm->nsocks (best_us[1]), in `rounds` alternations: the fastest of each, the slower of the
- * two ends' figures (both end with the same). Both ranks of the pair call it, and it leaves both
- * cutting over all sockets. */
-chorus_status_t chorus__tune_compare_stripes(chorus_comm_t* comm, int peer, size_t bytes, int rounds,
-                                             double best_us[2]);
-/* 1 when the comparison's figures keep every socket: they were clearly faster than one. */
+/* 1 when the link probe's sockets comparison (best_us: one socket, all of them) keeps every
+ * socket: they were clearly faster than one. */
 int chorus__tune_stripes_kept(const double best_us[2]);
 
 /* One exchange of `bytes` by the first rank of every host at once, each sending to the next
