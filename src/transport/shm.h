@@ -102,6 +102,9 @@ chorus_status_t chorus__shm_create(char* name, size_t namelen, int nlocal, size_
 chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, chorus_shm_seg_t* seg,
                                    char* err, size_t errlen);
 void chorus__shm_detach(chorus_shm_seg_t* seg);
+/* Maps now, in this process, the parts of the segment this rank reads and writes: its rings
+ * to and from every local peer, and every rank's control block and slots. */
+void chorus__shm_prefault(const chorus_shm_seg_t* seg);
 
 /* Stream I/O: bytes moved (0 when the ring is full / empty). */
 size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const struct iovec* iov, int niov);

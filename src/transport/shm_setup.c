@@ -179,6 +179,7 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
     return st;
   }
   tp->shm.my_local = my_local;
+  chorus__shm_prefault(&tp->shm);
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
   take_wakefds(tp, nlocal, my_local);
