@@ -99,7 +99,7 @@ static void* cache_alloc(size_t bytes) {
       return p;
     }
   }
-  void* p = malloc(bytes);
+  void* p = test_alloc_large(bytes);
   if (!p) FAIL("out of memory allocating %zu bytes", bytes);
   return p;
 }
@@ -808,7 +808,7 @@ void mx_run_matrix(chorus_coll_t coll, int nranks, const size_t* counts, size_t 
     ctx->algo = algos[a];
     ctx->verbose = getenv("CHORUS_TEST_VERBOSE") != NULL;
     ctx->base_seed = ref_mix64((uint64_t)coll * 1000003u + (uint64_t)nranks * 7919u + (uint64_t)a);
-    ctx->common_expect = malloc(largest_common_bytes(nranks, counts, ncounts));
+    ctx->common_expect = test_alloc_large(largest_common_bytes(nranks, counts, ncounts));
     ASSERT_NOT_NULL(ctx->common_expect);
     ASSERT_EQ(pthread_barrier_init(&ctx->barrier, NULL, (unsigned)nranks), 0);
 

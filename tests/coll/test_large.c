@@ -50,7 +50,7 @@ static void check_pattern(const uint8_t* buf, size_t n, unsigned seed, const cha
 }
 
 static uint8_t* must_alloc(size_t n) {
-  uint8_t* p = malloc(n);
+  uint8_t* p = test_alloc_large(n);
   if (!p) FAIL("cannot allocate %zu bytes", n);
   return p;
 }

@@ -57,6 +57,9 @@ const char* test_get_context(void);
 int test_timeout_multiplier(void);
 /* Monotonic clock. */
 double test_now_sec(void);
+/* Memory a case fills in bulk (large messages): malloc's, in huge pages where it is big enough
+ * (alloc.c). Freed with free(); NULL when out of memory. */
+void* test_alloc_large(size_t bytes);
 
 #define FAIL(...) test__fail(__FILE__, __LINE__, __VA_ARGS__)
 #define SKIP(...) test__skip(__VA_ARGS__)
