@@ -360,6 +360,10 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
   st = gather_infos(comm, store, infos, deadline);
   if (st >= 0) st = chorus__comm_connect(comm, listen_fd, infos);
   if (st >= 0) st = chorus__tune_links(comm, store);
+  /* After the probe, not before: its intra-host figure is timed over a ring whose pages fault
+   * in, and the one-host prices were set against that figure (docs/sweep.md, "The intra-host
+   * probe measures a cold ring"); a warm ring moved small calls to the wrong algorithms. */
+  if (st >= 0) chorus__transport_prefault_shm(&comm->tp);
   if (st >= 0) st = chorus__store_done(store, comm->nranks);
 out:
   if (st < 0 && comm->last_error[0]) CH_WARN(comm->rank, "%s", comm->last_error);
@@ -593,6 +597,7 @@ CHORUS_API chorus_status_t chorus_comm_split(chorus_comm_t* comm, int color, int
     st = chorus__comm_connect(c, listen_fd, sub);
     if (st >= 0) chorus__comm_set_stripes(c, comm->tp.stripe_socks); /* and the parent's socket count */
     if (st >= 0) st = chorus__tune_links(c, NULL);
+    if (st >= 0) chorus__transport_prefault_shm(&c->tp);
     if (st < 0) chorus__comm_set_error(comm, "chorus_comm_split: %s", c->last_error);
   }
   free(sub);

@@ -179,7 +179,6 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
     return st;
   }
   tp->shm.my_local = my_local;
-  chorus__shm_prefault(&tp->shm);
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
   take_wakefds(tp, nlocal, my_local);
@@ -199,4 +198,8 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   CH_INFO(INIT, tp->rank, "shared memory with %d local peer(s), rings of %zu bytes; single-copy reads %s", nlocal - 1,
           tp->shm.ring_bytes, tp->shm.cma ? "on" : "off");
   return CHORUS_OK;
+}
+
+void chorus__transport_prefault_shm(chorus_transport_t* tp) {
+  if (tp->my_bell) chorus__shm_prefault(&tp->shm);
 }

@@ -190,6 +190,8 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
  * (seg.cma is set where every rank of the host allows and manages them). */
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
                                             size_t slot_bytes, int single_copy, uint64_t deadline_ns);
+/* Maps this rank's part of the host's segment now rather than on first use (shm.h). */
+void chorus__transport_prefault_shm(chorus_transport_t* tp);
 /* Moves bytes of every queued transfer until the sockets would block. *moved counts transfers
  * that changed state. Returns < 0 on a transport error (tp->err says what). */
 chorus_status_t chorus__transport_progress(chorus_transport_t* tp, int* moved);
