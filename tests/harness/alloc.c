@@ -18,7 +18,8 @@ void* test_alloc_large(size_t bytes) {
   if (bytes < HUGE_PAGE_BYTES) return malloc(bytes ? bytes : 1);
   /* Exactly the bytes asked for (the tail short of a huge page stays in small pages), so that
    * ASan still sees an overrun at the end of the block. */
-  void* p = aligned_alloc(HUGE_PAGE_BYTES, bytes);
-  if (p) (void)madvise(p, bytes & ~(HUGE_PAGE_BYTES - 1), MADV_HUGEPAGE);
+  void* p = NULL;
+  if (posix_memalign(&p, HUGE_PAGE_BYTES, bytes) != 0) return NULL;
+  (void)madvise(p, bytes & ~(HUGE_PAGE_BYTES - 1), MADV_HUGEPAGE);
   return p;
 }
