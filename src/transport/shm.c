@@ -175,13 +175,13 @@ chorus_status_t chorus__shm_attach(const char* name, int nlocal, int my_local, c
  * fraction of a microsecond a page. MADV_POPULATE_WRITE is Linux 5.14: on an older kernel
  * madvise fails and pages fault in as they are first used, as before. */
 static void populate(const void* start, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   uintptr_t from = (uintptr_t)start & ~(page - 1), to = ((uintptr_t)start + bytes + page - 1) & ~(page - 1);
-#ifdef MADV_POPULATE_WRITE
   (void)madvise((void*)from, to - from, MADV_POPULATE_WRITE);
 #else
-  (void)from;
-  (void)to;
+  (void)start;
+  (void)bytes;
 #endif
 }
 

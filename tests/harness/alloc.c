@@ -6,7 +6,6 @@
  * 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages (the machines'
  * setting is "madvise"); where the kernel declines, they are ordinary pages.
  */
-#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 

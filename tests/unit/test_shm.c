@@ -3,9 +3,7 @@
  * tables once the communicator exists (shm.c, chorus__shm_prefault), so that the first calls
  * do not fault page by page through fresh rings.
  */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
