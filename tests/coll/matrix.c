@@ -715,6 +715,27 @@ static int size_representative_dtype(chorus_dtype_t dt) {
   return dt == CHORUS_INT8 || dt == CHORUS_FLOAT16 || dt == CHORUS_FLOAT32 || dt == CHORUS_FLOAT64;
 }
 
+/* Under ThreadSanitizer the matrix thins itself past count 1: TSan looks for races between
+ * threads, which do not depend on the dtype or the op (the kernels run on one thread), and its
+ * calls cost 5-10x. Counts 0 and 1 keep the full product; the larger counts, which add chunking
+ * and pipelining, run the MX_COVER_OPS and MX_SIZE_DTYPES reductions. The normal and ASan trees
+ * run the full product. */
+#if defined(__SANITIZE_THREAD__)
+#define MX_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MX_UNDER_TSAN 1
+#endif
+#endif
+#ifndef MX_UNDER_TSAN
+#define MX_UNDER_TSAN 0
+#endif
+
+static unsigned flags_for_count(unsigned flags, size_t count) {
+  if (MX_UNDER_TSAN && count > 1) flags |= MX_COVER_OPS | MX_SIZE_DTYPES;
+  return flags;
+}
+
 static int matrix_rank_main(chorus_comm_t* comm, int rank, void* arg) {
   mx_ctx_t* ctx = arg;
   uint64_t combo = 0, rotation = 0;
@@ -723,13 +744,14 @@ static int matrix_rank_main(chorus_comm_t* comm, int rank, void* arg) {
   int nin_place = mx_coll_has_in_place(ctx->coll) ? 2 : 1;
   cache_enable(1);
   for (size_t ci = 0; ci < ctx->ncounts; ci++) {
+    unsigned flags = flags_for_count(ctx->flags, ctx->counts[ci]);
     for (int dt = 0; dt < CHORUS_DTYPE_COUNT; dt++) {
-      if ((ctx->flags & MX_SIZE_DTYPES) && !mx_coll_reduces(ctx->coll) &&
+      if ((flags & MX_SIZE_DTYPES) && !mx_coll_reduces(ctx->coll) &&
           !size_representative_dtype((chorus_dtype_t)dt))
         continue;
       for (int op = 0; op < nops; op++) {
         int in_place_first = 0, in_place_last = nin_place - 1;
-        if ((ctx->flags & MX_COVER_OPS) && nops > 1) {
+        if ((flags & MX_COVER_OPS) && nops > 1) {
           /* Big counts exercise chunking and pipelining, which the small counts do not;
            * the kernels per dtype x op are already covered by the small counts. So each
            * dtype meets two ops here (one out of place, one in place) and each op four
