@@ -9,11 +9,25 @@
  * chunks k + 1 .. into the places of its slots), and the root copies into its own receive buffer
  * only after its last chunk is out, so that the other rank never waits for it.
  *
+ * Payloads of at most CHORUS_SHM_LL_MAX_BYTES travel in the root's LL words (ll.h): the others
+ * see data and its arrival in one cache line.
+ *
+ * The staged root does not wait for the others' copies: it returns once every other rank has
+ * entered the call (ARRIVED = the op's first id, published on entry), as an eager MPI send
+ * returns once its data is out. The slots and LL words it wrote are reused only after the
+ * readers' DONE (the slot and place rules of shm.h), so the root runs at most one call ahead;
+ * waiting for their entry keeps the signature check at the call (two ranks that both think they
+ * are root would otherwise both return at once, having received nothing). Waiting for every
+ * copy instead made a 2-rank 8-byte broadcast a round trip: 0.18x Open MPI's time, whose root
+ * returns at once (docs/compare.md, run 9).
+ *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
- * reads), at the sizes where that beats the pipeline.
+ * reads), at the sizes where that beats the pipeline. There the root waits for every copy,
+ * since they read its buffer.
  */
 #include "algo/algos.h"
+#include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
 /* The other ranks read the root's buffer with process_vm_readv instead of a staged pipeline. 2
@@ -61,13 +75,60 @@ static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
+static int uses_ll(const chorus_task_t* t, const chorus_shm_op_t* s) {
+  return s->nchunks == 1 && t->args.count * t->dtype_size <= CHORUS_SHM_LL_MAX_BYTES;
+}
+
+/* A non-root's entry into the call: ARRIVED = the op's first id (it has no slot to fill). */
+static void announce_entry(chorus_task_t* t, chorus_shm_op_t* s) {
+  if (s->k != 0 || s->stage != 0) return;
+  chorus__conn_shm_publish(t, SHM_ARRIVED, s->base + 1);
+  chorus__shm_advance(t, s, 1);
+}
+
+/* The root's last wait: every other rank has entered the call (see the top of the file). */
+static chorus_status_t root_wait_entries(chorus_task_t* t, chorus_shm_op_t* s) {
+  chorus_status_t st = CHORUS_OK;
+  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, s->base + 1, &st), st);
+  s->k = s->nchunks;
+  return CHORUS_OK;
+}
+
+static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
+  uint64_t id = chorus__shm_id(s);
+  size_t bytes = t->args.count * t->dtype_size;
+  chorus_status_t st = CHORUS_OK;
+  if (t->rank == t->args.root) {
+    if (s->stage == 0) {
+      CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      chorus__ll_write(t, id, t->args.sendbuf, bytes);
+      if (t->args.recvbuf != t->args.sendbuf) memcpy(t->args.recvbuf, t->args.sendbuf, bytes);
+      /* ARRIVED too: a rank that also takes itself for the root waits for it (and finds the
+       * mismatch at once). */
+      chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+      chorus__conn_shm_publish(t, SHM_DONE, id);
+      chorus__shm_advance(t, s, 1);
+    }
+    return root_wait_entries(t, s);
+  }
+  announce_entry(t, s);
+  CHORUS_SHM_WAIT(chorus__ll_arrived(t, t->args.root, id, bytes, &st), st);
+  chorus__ll_read(t, t->args.root, id, bytes, t->args.recvbuf);
+  chorus__conn_shm_publish(t, SHM_DONE, id);
+  s->k = s->nchunks;
+  return CHORUS_OK;
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant == CHORUS_VARIANT_CMA) return chorus__shm_zc_progress(t, single_copy);
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
+  if (s->nchunks == 0) return CHORUS_OK;
+  if (uses_ll(t, s)) return progress_ll(t, s);
   size_t es = t->dtype_size;
   int root = t->args.root;
   chorus_status_t st = CHORUS_OK;
+  if (t->rank != root) announce_entry(t, s);
   while (s->k < s->nchunks) {
     uint64_t id = chorus__shm_id(s);
     int which = (int)(id & 1);
@@ -89,17 +150,13 @@ static chorus_status_t progress(chorus_task_t* t) {
     s->k++;
     chorus__shm_advance(t, s, 0);
   }
-  if (t->rank == root && t->nranks == 2 && s->stage == 0) {
+  if (t->rank != root) return CHORUS_OK;
+  if (t->nranks == 2 && s->stage == 0) {
     if (t->args.count && t->args.recvbuf != t->args.sendbuf)
       chorus__shm_copy_out(s, t->args.recvbuf, t->args.sendbuf, t->args.count * es);
     chorus__shm_advance(t, s, 1);
   }
-  /* The root returns once every rank has its copy: one flag wait, during which the signature
-   * check also catches a rank that runs another call (two ranks that both think they are root
-   * would otherwise both return at once, having received nothing). */
-  if (t->rank == root && s->nchunks)
-    CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_DONE, s->base + s->nchunks, &st), st);
-  return CHORUS_OK;
+  return root_wait_entries(t, s);
 }
 
 const chorus_algo_t chorus__algo_shm_broadcast = {
