@@ -5,21 +5,24 @@
  * DONE = id since it reads nothing); every other rank copies it out of the root's slot
  * (DONE = id). Bytes: S written at the root, S read and written per other rank, all in
  * parallel. Cost: 1 flag wait per chunk + about 2 S / memory bandwidth.
- * Two ranks are a pipeline (shm.h: the other rank copies chunk k out while the root copies
- * chunks k + 1 .. into the places of its slots), and the root copies into its own receive buffer
- * only after its last chunk is out, so that the other rank never waits for it.
+ * Two ranks are a pipeline when the call takes several chunks (shm.h: the other rank copies
+ * chunk k out while the root copies chunks k + 1 .. into the places of its slots), and the root
+ * copies into its own receive buffer only after its last chunk is out, so that the other rank
+ * never waits for it.
  *
  * Payloads of at most CHORUS_SHM_LL_MAX_BYTES travel in the root's LL words (ll.h): the others
  * see data and its arrival in one cache line.
  *
- * The staged root does not wait for the others' copies: it returns once every other rank has
- * entered the call (ARRIVED = the op's first id, published on entry), as an eager MPI send
- * returns once its data is out. The slots and LL words it wrote are reused only after the
- * readers' DONE (the slot and place rules of shm.h), so the root runs at most one call ahead;
- * waiting for their entry keeps the signature check at the call (two ranks that both think they
- * are root would otherwise both return at once, having received nothing). Waiting for every
- * copy instead made a 2-rank 8-byte broadcast a round trip: 0.18x Open MPI's time, whose root
- * returns at once (docs/compare.md, run 9).
+ * A root that staged its chunks in the slots of their ids' parity (every call but a two-rank
+ * pipeline) does not wait for the others' copies: it returns once every other rank has entered
+ * the call (ARRIVED = the op's first id, published on entry), as an eager MPI send returns once
+ * its data is out. Its slots and LL words are written again only after the readers' DONE >=
+ * id - 2 (the slot rule of shm.h), so the root runs at most one call ahead; waiting for their
+ * entry keeps the signature check at the call (two ranks that both think they are root would
+ * otherwise both return at once, having received nothing). Waiting for every copy instead made
+ * a 2-rank 8-byte broadcast a round trip: 0.18x Open MPI's time, whose root returns at once
+ * (docs/compare.md, run 9). A pipeline's places run across both slots, outside that rule: its
+ * root still returns only once its last chunk is read (shm.h, chorus__shm_pipe_places).
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
@@ -128,20 +131,20 @@ static chorus_status_t progress(chorus_task_t* t) {
   size_t es = t->dtype_size;
   int root = t->args.root;
   chorus_status_t st = CHORUS_OK;
+  int pipe = t->nranks == 2 && s->nchunks > 1;
   if (t->rank != root) announce_entry(t, s);
   while (s->k < s->nchunks) {
     uint64_t id = chorus__shm_id(s);
     int which = (int)(id & 1);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
     char* out = (char*)t->args.recvbuf + first * es;
-    int two = t->nranks == 2;
-    char* slot = two ? chorus__shm_pipe_place(t, s, root) : chorus__shm_op_slot(t, s, root, which);
+    char* slot = pipe ? chorus__shm_pipe_place(t, s, root) : chorus__shm_op_slot(t, s, root, which);
     if (t->rank == root) {
-      CHORUS_SHM_WAIT(two ? chorus__shm_pipe_place_free(t, s, &st) : chorus__shm_slot_free(t, s, &st), st);
+      CHORUS_SHM_WAIT(pipe ? chorus__shm_pipe_place_free(t, s, &st) : chorus__shm_slot_free(t, s, &st), st);
       const char* in = (const char*)t->args.sendbuf + first * es;
       memcpy(slot, in, m * es);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
-      if (out != in && !two) chorus__shm_copy_out(s, out, in, m * es);
+      if (out != in && !pipe) chorus__shm_copy_out(s, out, in, m * es);
     } else {
       CHORUS_SHM_WAIT(chorus__shm_reached(t, s, root, SHM_ARRIVED, id, &st), st);
       chorus__shm_copy_out(s, out, slot, m * es);
@@ -151,12 +154,14 @@ static chorus_status_t progress(chorus_task_t* t) {
     chorus__shm_advance(t, s, 0);
   }
   if (t->rank != root) return CHORUS_OK;
-  if (t->nranks == 2 && s->stage == 0) {
-    if (t->args.count && t->args.recvbuf != t->args.sendbuf)
+  if (!pipe) return root_wait_entries(t, s);
+  if (s->stage == 0) {
+    if (t->args.recvbuf != t->args.sendbuf)
       chorus__shm_copy_out(s, t->args.recvbuf, t->args.sendbuf, t->args.count * es);
     chorus__shm_advance(t, s, 1);
   }
-  return root_wait_entries(t, s);
+  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_DONE, s->base + s->nchunks, &st), st);
+  return CHORUS_OK;
 }
 
 const chorus_algo_t chorus__algo_shm_broadcast = {
