@@ -4,7 +4,8 @@
  * own way (two-rank broadcasts and reduces as a ring of places, shm.h; the others as two
  * halves), and each must find them free of the calls before it. Blocking calls, then three
  * posted at once and waited for. Default slots (a 12 MiB broadcast goes round its places six
- * times) and 64 KiB ones (every call of more than 64 KiB goes round).
+ * times) and 64 KiB ones (every call of more than 64 KiB goes round); the short cases (quick,
+ * also under the sanitizers) with small calls on 64 KiB slots.
  */
 #include <stdlib.h>
 
@@ -13,43 +14,63 @@
 #include "ref.h"
 #include "test.h"
 
-enum { ROUNDS = 6 };
-
-/* count: elements (per block for allgather) */
-static const struct {
+typedef struct {
   chorus_coll_t coll;
-  size_t count;
-} kSteps[] = {
+  size_t count; /* elements (per block for allgather) */
+} step_t;
+
+static const step_t kSteps[] = {
     {CH_COLL_BROADCAST, 3u << 20}, {CH_COLL_ALLREDUCE, 65537},  {CH_COLL_REDUCE, 3u << 20},
     {CH_COLL_BROADCAST, 100003},   {CH_COLL_ALLGATHER, 4097},   {CH_COLL_REDUCE, 100003},
     {CH_COLL_BARRIER, 0},          {CH_COLL_BROADCAST, 7},      {CH_COLL_REDUCE_SCATTER, 20011},
     {CH_COLL_REDUCE, 1023},        {CH_COLL_ALLREDUCE, 3u << 18}, {CH_COLL_BROADCAST, 1u << 16},
 };
-enum { NSTEPS = sizeof(kSteps) / sizeof(kSteps[0]) }; /* a multiple of 3: posted three at a time */
-_Static_assert(NSTEPS % 3 == 0, "the posted loop covers every step");
 
-static mx_spec_t step_spec(int round, int i, int nranks) {
-  mx_spec_t s = {kSteps[i].coll,
-                 kSteps[i].count,
-                 (chorus_dtype_t)((round * NSTEPS + i) % CHORUS_DTYPE_COUNT),
+/* Small enough for the sanitizer builds, with 64 KiB slots: every broadcast followed by a call
+ * that writes the slots of the ids after it, while the other ranks may still copy its last
+ * chunk (a broadcast's root returns before they have: broadcast.c), in one chunk (LL words, a
+ * slot) and in a two-rank pipeline of several. */
+static const step_t kShortSteps[] = {
+    {CH_COLL_BROADCAST, 5003}, {CH_COLL_ALLREDUCE, 8191},       {CH_COLL_BROADCAST, 7},
+    {CH_COLL_ALLGATHER, 1025}, {CH_COLL_BROADCAST, 20011},      {CH_COLL_REDUCE_SCATTER, 4099},
+    {CH_COLL_BROADCAST, 300},  {CH_COLL_ALLTOALL, 1023},        {CH_COLL_BROADCAST, 2},
+    {CH_COLL_ALLREDUCE, 3},    {CH_COLL_BROADCAST, 16384},      {CH_COLL_REDUCE, 5003},
+};
+
+typedef struct {
+  const step_t* steps;
+  int nsteps; /* a multiple of 3: posted three at a time */
+  int rounds;
+  int nranks;
+} plan_t;
+
+static const plan_t kLong = {kSteps, sizeof(kSteps) / sizeof(kSteps[0]), 6, 0};
+static const plan_t kShort = {kShortSteps, sizeof(kShortSteps) / sizeof(kShortSteps[0]), 20, 0};
+_Static_assert(sizeof(kSteps) / sizeof(kSteps[0]) % 3 == 0, "the posted loop covers every step");
+_Static_assert(sizeof(kShortSteps) / sizeof(kShortSteps[0]) % 3 == 0, "the posted loop covers every step");
+
+static mx_spec_t step_spec(const plan_t* p, int round, int i) {
+  mx_spec_t s = {p->steps[i].coll,
+                 p->steps[i].count,
+                 (chorus_dtype_t)((round * p->nsteps + i) % CHORUS_DTYPE_COUNT),
                  (chorus_op_t)((round + i) % CHORUS_OP_COUNT),
-                 (round + i) % nranks,
+                 (round + i) % p->nranks,
                  0,
                  (round + i) % 3 == 0,
-                 ref_mix64(7000u + (uint64_t)(round * NSTEPS + i)),
+                 ref_mix64(7000u + (uint64_t)(round * p->nsteps + i)),
                  0};
   return s;
 }
 
 static int blocking_rank(chorus_comm_t* comm, int rank, void* arg) {
-  int nranks = *(const int*)arg;
-  for (int round = 0; round < ROUNDS; round++)
-    for (int i = 0; i < NSTEPS; i++) {
-      mx_spec_t s = step_spec(round, i, nranks);
+  const plan_t* p = arg;
+  for (int round = 0; round < p->rounds; round++)
+    for (int i = 0; i < p->nsteps; i++) {
+      mx_spec_t s = step_spec(p, round, i);
       char spec[160];
       test_set_context("round %d, blocking %s", round, mx_spec_str(&s, spec, sizeof(spec)));
       mx_op_t op;
-      mx_op_prepare(&op, &s, rank, nranks, NULL);
+      mx_op_prepare(&op, &s, rank, p->nranks, NULL);
       ASSERT_COMM_OK(comm, mx_op_run(&op, comm));
       ASSERT_EQ(mx_op_verify(&op), 0);
       mx_op_release(&op);
@@ -61,19 +82,19 @@ static int blocking_rank(chorus_comm_t* comm, int rank, void* arg) {
  * (the engine runs one collective at a time, in posting order), while its peer may still be
  * reading the slots of that one. */
 static int posted_rank(chorus_comm_t* comm, int rank, void* arg) {
-  int nranks = *(const int*)arg;
-  for (int round = 0; round < ROUNDS; round++)
-    for (int i = 0; i + 3 <= NSTEPS; i += 3) {
+  const plan_t* p = arg;
+  for (int round = 0; round < p->rounds; round++)
+    for (int i = 0; i + 3 <= p->nsteps; i += 3) {
       mx_op_t ops[3];
       for (int j = 0; j < 3; j++) {
-        mx_spec_t s = step_spec(round, i + j, nranks);
+        mx_spec_t s = step_spec(p, round, i + j);
         char spec[160];
         test_set_context("round %d, posted %s", round, mx_spec_str(&s, spec, sizeof(spec)));
-        mx_op_prepare(&ops[j], &s, rank, nranks, NULL);
+        mx_op_prepare(&ops[j], &s, rank, p->nranks, NULL);
         ASSERT_COMM_OK(comm, mx_op_post(&ops[j], comm));
       }
       for (int j = 0; j < 3; j++) {
-        mx_spec_t s = step_spec(round, i + j, nranks);
+        mx_spec_t s = step_spec(p, round, i + j);
         char spec[160];
         test_set_context("round %d, posted %s", round, mx_spec_str(&s, spec, sizeof(spec)));
         for (int r = 0; r < ops[j].nreq; r++) {
@@ -87,16 +108,27 @@ static int posted_rank(chorus_comm_t* comm, int rank, void* arg) {
   return 0;
 }
 
-static void run_both(int nranks, const char* slot_bytes) {
+static void run_both(const plan_t* base, int nranks, const char* slot_bytes) {
+  plan_t p = *base;
+  p.nranks = nranks;
   if (slot_bytes) setenv("CHORUS_SHM_SLOT_SIZE", slot_bytes, 1);
-  ASSERT_EQ(run_ranks(nranks, blocking_rank, &nranks), 0);
-  ASSERT_EQ(run_ranks(nranks, posted_rank, &nranks), 0);
+  ASSERT_EQ(run_ranks(nranks, blocking_rank, &p), 0);
+  ASSERT_EQ(run_ranks(nranks, posted_rank, &p), 0);
   if (slot_bytes) unsetenv("CHORUS_SHM_SLOT_SIZE");
 }
 
-TEST_EX(two_ranks, 300, "full") { run_both(2, NULL); }
-TEST_EX(two_ranks_small_slots, 300, "full") { run_both(2, "65536"); }
-TEST_EX(three_ranks, 300, "full") { run_both(3, NULL); }
+TEST_EX(two_ranks, 300, "full") { run_both(&kLong, 2, NULL); }
+TEST_EX(two_ranks_small_slots, 300, "full") { run_both(&kLong, 2, "65536"); }
+TEST_EX(three_ranks, 300, "full") { run_both(&kLong, 3, NULL); }
+/* Staged through the slots: single-copy reads would take the broadcasts of 8-512 KiB. */
+static void run_short(int nranks) {
+  setenv("CHORUS_SHM_SINGLE_COPY", "0", 1);
+  run_both(&kShort, nranks, "65536");
+  unsetenv("CHORUS_SHM_SINGLE_COPY");
+}
+
+TEST_EX(short_two_ranks, 120, "quick") { run_short(2); }
+TEST_EX(short_three_ranks, 120, "quick") { run_short(3); }
 
 /* Calls of no elements may pass NULL buffers (the root's send buffer too): nothing is read or
  * written, on either side of a two-rank pipeline, and the calls after them still work. */
