@@ -8,13 +8,14 @@
 # each part and a summary, and exits non-zero if anything failed.
 #
 # Environment: CHORUS_TEST_PARTS="build asan tsan" selects parts; CHORUS_TEST_JOBS tests at once
+# (default: 3 in the normal tree, 2 in the sanitizer trees);
 # (default 2); CTEST_ARGS adds ctest options;
 # CHORUS_BUILD_PREFIX=dir renames the trees dir/, dir-asan/, dir-tsan/ (default: build).
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 JOBS=$(nproc 2>/dev/null || echo 2)
-TEST_JOBS=${CHORUS_TEST_JOBS:-2}
+TEST_JOBS=${CHORUS_TEST_JOBS:-}
 PARTS=${CHORUS_TEST_PARTS:-"build asan tsan"}
 CTEST_ARGS=${CTEST_ARGS:-}
 PREFIX=${CHORUS_BUILD_PREFIX:-build}
@@ -89,16 +90,17 @@ build_tree() {
     cmake --build "$dir" -j "$JOBS"
 }
 
-# test_tree DIR CTEST_OPTIONS...: runs ctest in DIR, two tests at a time (CHORUS_TEST_JOBS).
+# test_tree DIR JOBS CTEST_OPTIONS...: runs ctest in DIR, JOBS tests at a time (CHORUS_TEST_JOBS
+# overrides it).
 # The tests oversubscribe the cores on their own, but half of their time they sleep (waits on
 # timeouts, sleeping ranks, process start-up: the 2-core machines were 51-66% idle running them
 # one by one), and every test passes with its ranks oversubscribed; the ones that time links or
 # build network namespaces are RUN_SERIAL and run alone.
 test_tree() {
-  local dir=$ROOT/$1
-  shift
+  local dir=$ROOT/$1 jobs=${TEST_JOBS:-$2}
+  shift 2
   # shellcheck disable=SC2086 # CTEST_ARGS is a list of options
-  (cd "$dir" && ctest --output-on-failure -j "$TEST_JOBS" "$@" $CTEST_ARGS)
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" "$@" $CTEST_ARGS)
 }
 
 # The whole run is one function, called on the last line: bash reads a script as it goes, so
@@ -117,20 +119,20 @@ main() {
           # for memory errors) runs by hand: ctest -L valgrind, or scripts/valgrind.sh.
           # torchsuite (PyTorch's own distributed suite, about an hour) runs by hand too:
           # ctest -L torchsuite; its latest result is in docs/torchsuite.md.
-          part "$PREFIX: ctest (all tests but the valgrind and torchsuite labels)" test_tree "$PREFIX" -LE "valgrind|torchsuite"
+          part "$PREFIX: ctest (all tests but the valgrind and torchsuite labels)" test_tree "$PREFIX" 3 -LE "valgrind|torchsuite"
         fi
         ;;
       asan)
         if part "$PREFIX-asan: configure + build (ASan+UBSan)" build_tree "$PREFIX-asan" \
           -DCHORUS_ASAN=ON; then
-          part "$PREFIX-asan: ctest -L quick" test_tree "$PREFIX-asan" -L quick
+          part "$PREFIX-asan: ctest -L quick" test_tree "$PREFIX-asan" 2 -L quick
         fi
         ;;
       tsan)
         if part "$PREFIX-tsan: configure + build (TSan)" build_tree "$PREFIX-tsan" \
           -DCHORUS_TSAN=ON; then
           # ctest -L is a regular expression: -L quick takes quick_asan too, ^quick$ does not.
-          part "$PREFIX-tsan: ctest -L '^quick\$'" test_tree "$PREFIX-tsan" -L '^quick$'
+          part "$PREFIX-tsan: ctest -L '^quick\$'" test_tree "$PREFIX-tsan" 2 -L '^quick$'
         fi
         ;;
       *)

@@ -167,7 +167,8 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_broadcast = {
     .name = "shm",
     .desc = "same-host memory semantics: the root stages each chunk once, every rank copies it out in parallel "
-            "(8-512 KiB with a CPU per rank: every rank reads the root's buffer straight, process_vm_readv)",
+            "(up to 32 bytes in the root's LL words; 8-512 KiB with a CPU per rank: every rank reads the root's "
+            "buffer straight, process_vm_readv)",
     .coll = CH_COLL_BROADCAST,
     .supported = supported,
     .cost_us = cost_us,
