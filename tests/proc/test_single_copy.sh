@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
 # with a CPU per rank, every rank of the host turns them on, and allgathers, alltoalls and
-# broadcasts at the sizes that take them (blocks of 8 KiB - 32 MiB, broadcasts of 8-512 KiB) and
+# broadcasts at the sizes that take them (blocks of 8 KiB - 32 MiB, broadcasts of 16-512 KiB) and
 # around them give bitwise-checked results, out of place and in place, from either root;
 # CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all (the ranks agree, so they still
 # choose alike and the job runs); a rank killed while the other reads its buffers ends the

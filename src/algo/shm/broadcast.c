@@ -26,20 +26,24 @@
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
- * reads), at the sizes where that beats the pipeline. There the root waits for every copy,
+ * reads), at the sizes where that beats the pipeline (more than 16 KiB, up to 512 KiB). There the root waits for every copy,
  * since they read its buffer.
  */
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* The other ranks read the root's buffer with process_vm_readv instead of a staged pipeline. 2
- * ranks, alternating (docs/compare.md): 8-512 KiB 1.3-1.7x faster; 1 MiB 0.75x, 4 KiB level. */
-#define SINGLE_COPY_MIN_BYTES (8u * 1024u)
+/* The other ranks read the root's buffer with process_vm_readv instead of a staged pipeline,
+ * from the sizes that a two-rank pipeline cuts into several chunks (whose root waits for the
+ * last copy) to 512 KiB. 2 ranks, alternating (docs/compare.md), 2026-12-05: 8-512 KiB 1.3-1.7x
+ * faster than the pipeline, 1 MiB 0.75x, 4 KiB level. Up to one chunk (16 KiB) the staged root
+ * returns once the others have entered (see the top of the file): on 2026-12-06 8 KiB took
+ * 1.0-1.3 us staged against 4.8-6.4 read straight (1.5-1.7 then), 16 KiB 1.4-1.7 against
+ * 6.6-12.7. */
 #define SINGLE_COPY_MAX_BYTES (512u * 1024u)
 
 static int single_copy_pays(const chorus_task_t* t, size_t bytes) {
-  return bytes >= SINGLE_COPY_MIN_BYTES && bytes <= SINGLE_COPY_MAX_BYTES && chorus__conn_cma_avail(t);
+  return bytes > CHORUS_SHM_PIPE_MIN_BYTES && bytes <= SINGLE_COPY_MAX_BYTES && chorus__conn_cma_avail(t);
 }
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
@@ -167,7 +171,7 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_broadcast = {
     .name = "shm",
     .desc = "same-host memory semantics: the root stages each chunk once, every rank copies it out in parallel "
-            "(up to 32 bytes in the root's LL words; 8-512 KiB with a CPU per rank: every rank reads the root's "
+            "(up to 32 bytes in the root's LL words; 16-512 KiB with a CPU per rank: every rank reads the root's "
             "buffer straight, process_vm_readv)",
     .coll = CH_COLL_BROADCAST,
     .supported = supported,
