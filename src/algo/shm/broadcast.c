@@ -26,8 +26,8 @@
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
- * reads), at the sizes where that beats the pipeline (more than 16 KiB, up to 512 KiB). There the root waits for every copy,
- * since they read its buffer.
+ * reads), at the sizes where that beats the pipeline (more than 16 KiB, up to 512 KiB). There
+ * the root waits for every copy, since they read its buffer.
  */
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
