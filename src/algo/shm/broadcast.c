@@ -116,7 +116,9 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
       chorus__conn_shm_publish(t, SHM_DONE, id);
       chorus__shm_advance(t, s, 1);
     }
-    return root_wait_entries(t, s);
+    st = root_wait_entries(t, s);
+    if (st == CHORUS_OK) chorus__ll_reclaim(t, id); /* every reader has entered: see ll.h */
+    return st;
   }
   announce_entry(t, s);
   CHORUS_SHM_WAIT(chorus__ll_arrived(t, t->args.root, id, bytes, &st), st);

@@ -16,6 +16,11 @@
 
 #include "algo/shm/shm.h"
 
+/* How many times a wait polls a peer's last word (a pause apart, a few microseconds in all)
+ * before it hands back to the engine: polled once per engine pass, the word was seen half a
+ * pass late on average. */
+#define CHORUS_SHM_LL_POLLS 64
+
 /* The flag of operation id in LL words: never 0, so zeroed memory never looks written. */
 static inline uint64_t chorus__ll_flag(uint64_t id) { return ((id % 0xffffffffull) + 1) << 32; }
 
@@ -57,6 +62,9 @@ static inline int chorus__ll_arrived(chorus_task_t* t, int rank, uint64_t id, si
   uint64_t flag = chorus__ll_flag(id);
   size_t total = CHORUS_SHM_LL_SIG_WORDS + chorus__ll_data_words(bytes);
   /* The last word is written last: poll it alone until it is there. */
+  for (int spin = t->polls_inline ? CHORUS_SHM_LL_POLLS : 0;
+       spin > 0 && (__atomic_load_n(&words[total - 1], __ATOMIC_ACQUIRE) & ~0xffffffffull) != flag; spin--)
+    __builtin_ia32_pause();
   if ((__atomic_load_n(&words[total - 1], __ATOMIC_ACQUIRE) & ~0xffffffffull) != flag) {
     chorus__conn_shm_peer_ok(t, rank, st);
     return 0;
@@ -117,8 +125,17 @@ static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
 }
 
+/* Every peer has written operation id, so each has read this rank's words of id - 1: take
+ * those lines back now, while the caller goes on, so that the next call's write (id + 1,
+ * the same parity) does not stall on them. */
+static inline void chorus__ll_reclaim(chorus_task_t* t, uint64_t id) {
+  uint64_t* words = chorus__conn_shm_ll(t, t->rank, (int)((id + 1) & 1));
+  for (size_t w = 0; w < CHORUS_SHM_LL_WORDS; w += 8) __builtin_prefetch(&words[w], 1, 3);
+}
+
 static inline void chorus__ll_done(chorus_task_t* t, chorus_shm_op_t* s) {
   uint64_t id = chorus__shm_id(s);
+  chorus__ll_reclaim(t, id);
   chorus__conn_shm_publish(t, SHM_DONE, id);
   *chorus__conn_shm_ll_last(t) = id;
   s->k = s->nchunks;
