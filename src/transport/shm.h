@@ -38,15 +38,17 @@ enum { CHORUS_BELL_AWAKE = 0, CHORUS_BELL_FUTEX = 1, CHORUS_BELL_EPOLL = 2 };
  * signature of the operation it is running (checked by the others before they touch its
  * data, so mismatched calls are detected). Flags and signature share one cache line: a peer
  * that sees a flag move has the signature to check in the same miss. */
-/* Low-latency (LL) buffers: small payloads travel as 8-byte words of 4 data bytes and a 4-byte
- * flag naming the operation, so a reader that sees every flag has the data in the same cache
- * lines, with no separate flag to wait for. Two signature words, then up to 8 data words: the
- * format doubles the lines to move, which costs more than the saved flag miss from 64 bytes on
- * (measured: docs/compare.md). */
-#define CHORUS_SHM_LL_SIG_WORDS 2
-#define CHORUS_SHM_LL_MAX_BYTES 32
-#define CHORUS_SHM_LL_WORDS 16 /* two cache lines */
-_Static_assert(CHORUS_SHM_LL_SIG_WORDS + CHORUS_SHM_LL_MAX_BYTES / 4 <= CHORUS_SHM_LL_WORDS, "LL buffer too small");
+/* Low-latency (LL) buffers: small payloads travel in whole cache lines, each with 56 bytes
+ * of data and, in its last word, the operation's id, stored after the data with release
+ * semantics; a reader that sees every line's id has the data in the same lines, with no
+ * separate flag to wait for (and on x86 each line arrives in one miss). Line 0 starts with a
+ * hash of the call's signature. Up to CHORUS_SHM_LL_MAX_BYTES per rank (measured:
+ * docs/compare.md, "LL lines"). */
+#define CHORUS_SHM_LL_MAX_BYTES 256
+#define CHORUS_SHM_LL_LINE_DATA 56
+#define CHORUS_SHM_LL_LINES 5
+#define CHORUS_SHM_LL_WORDS (8 * CHORUS_SHM_LL_LINES)
+_Static_assert(8 + CHORUS_SHM_LL_MAX_BYTES <= CHORUS_SHM_LL_LINES * CHORUS_SHM_LL_LINE_DATA, "LL buffer too small");
 
 typedef struct {
   uint64_t flag[3];

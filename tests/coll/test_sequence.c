@@ -130,6 +130,40 @@ static void run_short(int nranks) {
 TEST_EX(short_two_ranks, 120, "quick") { run_short(2); }
 TEST_EX(short_three_ranks, 120, "quick") { run_short(3); }
 
+/* Every payload size from 0 to past the LL limit (transport/shm.h: 56 data bytes per line, the
+ * first line starting with the signature word), in bytes per rank, for each collective that
+ * moves small payloads through LL lines: bitwise, with int8 and avg (a division after the
+ * sum), float16 and max, uint8 and prod, as calls of changing sizes follow one another. */
+static int ll_sizes_rank(chorus_comm_t* comm, int rank, void* arg) {
+  int nranks = *(const int*)arg;
+  static const chorus_coll_t kColls[] = {CH_COLL_ALLREDUCE, CH_COLL_ALLGATHER, CH_COLL_REDUCE_SCATTER,
+                                         CH_COLL_ALLTOALL, CH_COLL_BROADCAST};
+  static const chorus_dtype_t kTypes[] = {CHORUS_INT8, CHORUS_FLOAT16, CHORUS_UINT8};
+  static const chorus_op_t kOps[] = {CHORUS_AVG, CHORUS_MAX, CHORUS_PROD};
+  for (size_t bytes = 0; bytes <= 300; bytes++)
+    for (int c = 0; c < 5; c++) {
+      int blocked = kColls[c] == CH_COLL_REDUCE_SCATTER || kColls[c] == CH_COLL_ALLTOALL;
+      int ti = (int)(bytes % 3);
+      size_t esize = kTypes[ti] == CHORUS_FLOAT16 ? 2 : 1;
+      size_t count = blocked ? bytes / esize / (size_t)nranks : bytes / esize;
+      mx_spec_t s = {kColls[c], count, kTypes[ti], kOps[ti], (int)(bytes % (size_t)nranks), 0,
+                     (int)(bytes % 4 == 0), ref_mix64(9000u + bytes * 8 + (size_t)c), 0};
+      char spec[160];
+      test_set_context("%zu bytes, %s", bytes, mx_spec_str(&s, spec, sizeof(spec)));
+      mx_op_t op;
+      mx_op_prepare(&op, &s, rank, nranks, NULL);
+      ASSERT_COMM_OK(comm, mx_op_run(&op, comm));
+      ASSERT_EQ(mx_op_verify(&op), 0);
+      mx_op_release(&op);
+    }
+  return 0;
+}
+
+static void run_ll_sizes(int nranks) { ASSERT_EQ(run_ranks(nranks, ll_sizes_rank, &nranks), 0); }
+
+TEST_EX(ll_sizes_two_ranks, 120, "quick") { run_ll_sizes(2); }
+TEST_EX(ll_sizes_three_ranks, 120, "quick") { run_ll_sizes(3); }
+
 /* Calls of no elements may pass NULL buffers (the root's send buffer too): nothing is read or
  * written, on either side of a two-rank pipeline, and the calls after them still work. */
 static int empty_rank(chorus_comm_t* comm, int rank, void* arg) {

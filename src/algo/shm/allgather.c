@@ -83,7 +83,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
     if (q != t->rank) chorus__ll_read(t, q, chorus__shm_id(s), block, dst);
     else if (dst != (const unsigned char*)t->args.sendbuf) memcpy(dst, t->args.sendbuf, block); /* else in place */
   }
-  chorus__ll_done(t, s);
+  chorus__ll_done(t, s, block);
   return CHORUS_OK;
 }
 

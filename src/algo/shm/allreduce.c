@@ -12,7 +12,7 @@
  * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth. Two ranks, and vectors of at most
  * 32 KiB, take one phase instead: every rank combines all inputs itself (1 flag wait, n S read;
  * see progress_one_phase). Vectors of at
- * most 32 bytes travel in the LL buffers (ll.h).
+ * most 256 bytes travel in the LL lines (ll.h).
  *
  * On registered memory (zero copy): rank r reduces slice r straight from every rank's send
  * buffer and writes the result into every rank's receive buffer: N read and N written per rank,
@@ -120,7 +120,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, bytes);
   if (st != CHORUS_OK) return st;
   chorus__ll_combine(t, s, bytes, 0, t->args.recvbuf, m);
-  chorus__ll_done(t, s);
+  chorus__ll_done(t, s, bytes);
   return CHORUS_OK;
 }
 

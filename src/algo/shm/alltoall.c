@@ -144,7 +144,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
       memcpy(dst, in + (size_t)q * block, block);
     }
   }
-  chorus__ll_done(t, s);
+  chorus__ll_done(t, s, all);
   return CHORUS_OK;
 }
 

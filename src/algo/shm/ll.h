@@ -1,14 +1,14 @@
 /*
  * ll.h - low-latency (LL) payloads of the memory-semantics algorithms: a call whose payload per
- * rank is at most CHORUS_SHM_LL_MAX_BYTES (transport/shm.h) moves it through the ranks' LL
- * buffers, where each 8-byte word carries 4 data bytes and the operation's flag, so seeing the
- * data is seeing that it arrived: one cache miss per peer line instead of a flag miss followed
- * by a data miss. Every rank writes its payload (after two words of the call's signature, so
- * that mismatched calls are detected), waits for every other's, reads what it needs, and
- * publishes DONE.
+ * rank is at most CHORUS_SHM_LL_MAX_BYTES moves it through the ranks' LL buffers (transport/
+ * shm.h), whose cache lines each carry 56 data bytes and the operation's id, stored after the
+ * data with release semantics: seeing every line's id is seeing the data, one miss per line
+ * instead of a flag miss followed by data misses. Every rank writes its payload (line 0 begins
+ * with a hash of the call's signature, so that mismatched calls are detected), waits for every
+ * other's, reads what it needs, and publishes DONE.
  *
  * An LL buffer was last used at most two ids ago; a rank that completed the LL operation just
- * before this one saw every peer's words of it, so every peer had finished the one before: the
+ * before this one saw every peer's lines of it, so every peer had finished the one before: the
  * DONE flags need no look then (chorus__ll_exchange).
  */
 #ifndef CHORUS_ALGO_SHM_LL_H
@@ -16,79 +16,84 @@
 
 #include "algo/shm/shm.h"
 
-/* How many times a wait polls a peer's last word (a pause apart, a few microseconds in all)
- * before it hands back to the engine: polled once per engine pass, the word was seen half a
- * pass late on average. */
+/* How many times a wait polls a peer's lines (a pause apart, a few microseconds in all) before
+ * it hands back to the engine: polled once per engine pass, they were seen half a pass late
+ * on average. */
 #define CHORUS_SHM_LL_POLLS 64
 
-/* The flag of operation id in LL words: never 0, so zeroed memory never looks written. */
-static inline uint64_t chorus__ll_flag(uint64_t id) { return ((id % 0xffffffffull) + 1) << 32; }
-
-/* Two words that every rank computes the same from the same call: a hash of the signature. */
-static inline void chorus__ll_signature(const chorus_task_t* t, uint32_t out[CHORUS_SHM_LL_SIG_WORDS]) {
+/* A hash of the signature, the same on every rank for the same call. */
+static inline uint64_t chorus__ll_signature(const chorus_task_t* t) {
   uint64_t h = 1469598103934665603ull;
   for (int i = 0; i < CHORUS_SIG_WORDS; i++) h = (h ^ t->sig[i]) * 1099511628211ull, h ^= h >> 29;
-  out[0] = (uint32_t)h;
-  out[1] = (uint32_t)(h >> 32);
+  return h;
 }
 
-static inline size_t chorus__ll_data_words(size_t bytes) { return (bytes + 3) / 4; }
+/* Lines that carry the signature word and `bytes` of payload. */
+static inline size_t chorus__ll_lines(size_t bytes) {
+  return (8 + bytes + CHORUS_SHM_LL_LINE_DATA - 1) / CHORUS_SHM_LL_LINE_DATA;
+}
 
-/* Writes this rank's payload into its LL buffer; the last word sequentially consistent, so that
- * a peer about to sleep either sees it or is rung (see chorus__shm_bell_ring). */
+/* Data byte i of an LL buffer (counting the signature word as bytes 0-7). */
+static inline unsigned char* chorus__ll_byte(uint64_t* words, size_t i) {
+  return (unsigned char*)(words + 8 * (i / CHORUS_SHM_LL_LINE_DATA)) + i % CHORUS_SHM_LL_LINE_DATA;
+}
+
+static inline uint64_t* chorus__ll_id_word(uint64_t* words, size_t line) { return words + 8 * line + 7; }
+
+/* Writes this rank's payload into its LL buffer of id's parity; the last line's id
+ * sequentially consistent, so that a peer about to sleep either sees it or is rung (see
+ * chorus__shm_bell_ring). */
 static inline void chorus__ll_write(chorus_task_t* t, uint64_t id, const void* payload, size_t bytes) {
-  uint64_t* words = chorus__conn_shm_ll(t, t->rank, (int)(id & 1)), flag = chorus__ll_flag(id);
-  uint32_t sig[CHORUS_SHM_LL_SIG_WORDS];
-  chorus__ll_signature(t, sig);
-  const unsigned char* src = payload;
-  size_t n = chorus__ll_data_words(bytes);
+  uint64_t* words = chorus__conn_shm_ll(t, t->rank, (int)(id & 1));
+  size_t lines = chorus__ll_lines(bytes);
   /* Peers hold these lines from the last use: ask for all of them at once, or each store
    * waits for its own line in turn. */
-  for (size_t w = 0; w < CHORUS_SHM_LL_SIG_WORDS + n; w += 8) __builtin_prefetch(&words[w], 1, 3);
-  for (int i = 0; i < CHORUS_SHM_LL_SIG_WORDS; i++) __atomic_store_n(&words[i], flag | sig[i], __ATOMIC_RELAXED);
-  for (size_t w = 0; w < n; w++) {
-    uint32_t v = 0;
-    if (bytes - 4 * w >= 4) memcpy(&v, src + 4 * w, 4);
-    else memcpy(&v, src + 4 * w, bytes - 4 * w);
-    __atomic_store_n(&words[CHORUS_SHM_LL_SIG_WORDS + w], flag | v, w + 1 == n ? __ATOMIC_SEQ_CST : __ATOMIC_RELAXED);
+  for (size_t l = 0; l < lines; l++) __builtin_prefetch(words + 8 * l, 1, 3);
+  words[0] = chorus__ll_signature(t);
+  const unsigned char* src = payload;
+  for (size_t done = 0, l = 0; l < lines; l++) {
+    size_t at = l ? 0 : 8, n = CHORUS_SHM_LL_LINE_DATA - at;
+    if (n > bytes - done) n = bytes - done;
+    if (n) memcpy((unsigned char*)(words + 8 * l) + at, src + done, n);
+    done += n;
+    __atomic_store_n(chorus__ll_id_word(words, l), id, l + 1 == lines ? __ATOMIC_SEQ_CST : __ATOMIC_RELEASE);
   }
-  if (!n) __atomic_store_n(&words[0], flag | sig[0], __ATOMIC_SEQ_CST);
   chorus__conn_shm_signal(t);
 }
 
-/* 1 when rank's LL buffer holds every word of operation id; *st < 0 when it never will. */
-static inline int chorus__ll_arrived(chorus_task_t* t, int rank, uint64_t id, size_t bytes, chorus_status_t* st) {
-  const uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1));
-  uint64_t flag = chorus__ll_flag(id);
-  size_t total = CHORUS_SHM_LL_SIG_WORDS + chorus__ll_data_words(bytes);
-  /* The last word is written last: poll it alone until it is there. */
-  for (int spin = t->polls_inline ? CHORUS_SHM_LL_POLLS : 0;
-       spin > 0 && (__atomic_load_n(&words[total - 1], __ATOMIC_ACQUIRE) & ~0xffffffffull) != flag; spin--)
-    __builtin_ia32_pause();
-  if ((__atomic_load_n(&words[total - 1], __ATOMIC_ACQUIRE) & ~0xffffffffull) != flag) {
-    chorus__conn_shm_peer_ok(t, rank, st);
-    return 0;
-  }
-  for (size_t w = 0; w < total; w++)
-    if ((__atomic_load_n(&words[w], __ATOMIC_ACQUIRE) & ~0xffffffffull) != flag) return 0;
-  uint32_t mine[CHORUS_SHM_LL_SIG_WORDS];
-  chorus__ll_signature(t, mine);
-  for (int i = 0; i < CHORUS_SHM_LL_SIG_WORDS; i++) {
-    if ((uint32_t)__atomic_load_n(&words[i], __ATOMIC_RELAXED) == mine[i]) continue;
-    *st = chorus__conn_shm_mismatch(t, rank);
-    return 0;
-  }
-  return 1;
+/* Whether every line of the payload carries id: all lines loaded at once, so that their
+ * misses overlap. */
+static inline int chorus__ll_lines_hold(uint64_t* words, size_t lines, uint64_t id) {
+  int all = 1;
+  for (size_t l = 0; l < lines; l++) all &= __atomic_load_n(chorus__ll_id_word(words, l), __ATOMIC_ACQUIRE) == id;
+  return all;
 }
 
-/* Rank's payload of operation id (bytes long), out of its LL words into out. */
+/* 1 when rank's LL buffer holds every line of operation id; *st < 0 when it never will. */
+static inline int chorus__ll_arrived(chorus_task_t* t, int rank, uint64_t id, size_t bytes, chorus_status_t* st) {
+  uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1));
+  size_t lines = chorus__ll_lines(bytes);
+  int spin = t->polls_inline ? CHORUS_SHM_LL_POLLS : 0;
+  while (!chorus__ll_lines_hold(words, lines, id)) {
+    if (spin-- <= 0) {
+      chorus__conn_shm_peer_ok(t, rank, st);
+      return 0;
+    }
+    __builtin_ia32_pause();
+  }
+  if (words[0] == chorus__ll_signature(t)) return 1;
+  *st = chorus__conn_shm_mismatch(t, rank);
+  return 0;
+}
+
+/* Rank's payload of operation id (bytes long), out of its LL lines into out. */
 static inline void chorus__ll_read(const chorus_task_t* t, int rank, uint64_t id, size_t bytes, unsigned char* out) {
-  const uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1)) + CHORUS_SHM_LL_SIG_WORDS;
-  size_t n = chorus__ll_data_words(bytes);
-  for (size_t w = 0; w < n; w++) {
-    uint32_t v = (uint32_t)__atomic_load_n(&words[w], __ATOMIC_RELAXED);
-    if (bytes - 4 * w >= 4) memcpy(out + 4 * w, &v, 4);
-    else memcpy(out + 4 * w, &v, bytes - 4 * w);
+  uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1));
+  for (size_t done = 0; done < bytes;) {
+    size_t i = 8 + done, n = CHORUS_SHM_LL_LINE_DATA - i % CHORUS_SHM_LL_LINE_DATA;
+    if (n > bytes - done) n = bytes - done;
+    memcpy(out + done, chorus__ll_byte(words, i), n);
+    done += n;
   }
 }
 
@@ -125,17 +130,18 @@ static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
 }
 
-/* Every peer has written operation id, so each has read this rank's words of id - 1: take
- * those lines back now, while the caller goes on, so that the next call's write (id + 1,
- * the same parity) does not stall on them. */
-static inline void chorus__ll_reclaim(chorus_task_t* t, uint64_t id) {
+/* Every peer has written operation id, so each has read this rank's lines of id - 1: take
+ * those lines back now (as many as a call of this size writes), while the caller goes on, so
+ * that the next call's write (id + 1, the same parity) does not stall on them. */
+static inline void chorus__ll_reclaim(chorus_task_t* t, uint64_t id, size_t bytes) {
   uint64_t* words = chorus__conn_shm_ll(t, t->rank, (int)((id + 1) & 1));
-  for (size_t w = 0; w < CHORUS_SHM_LL_WORDS; w += 8) __builtin_prefetch(&words[w], 1, 3);
+  for (size_t l = 0, lines = chorus__ll_lines(bytes); l < lines; l++) __builtin_prefetch(words + 8 * l, 1, 3);
 }
 
-static inline void chorus__ll_done(chorus_task_t* t, chorus_shm_op_t* s) {
+/* The end of an exchange of `bytes` per rank. */
+static inline void chorus__ll_done(chorus_task_t* t, chorus_shm_op_t* s, size_t bytes) {
   uint64_t id = chorus__shm_id(s);
-  chorus__ll_reclaim(t, id);
+  chorus__ll_reclaim(t, id, bytes);
   chorus__conn_shm_publish(t, SHM_DONE, id);
   *chorus__conn_shm_ll_last(t) = id;
   s->k = s->nchunks;

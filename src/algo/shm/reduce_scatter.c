@@ -77,7 +77,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all);
   if (st != CHORUS_OK) return st;
   chorus__ll_combine(t, s, all, mine, t->args.recvbuf, m);
-  chorus__ll_done(t, s);
+  chorus__ll_done(t, s, all);
   return CHORUS_OK;
 }
 
