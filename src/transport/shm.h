@@ -43,7 +43,7 @@ enum { CHORUS_BELL_AWAKE = 0, CHORUS_BELL_FUTEX = 1, CHORUS_BELL_EPOLL = 2 };
  * semantics; a reader that sees every line's id has the data in the same lines, with no
  * separate flag to wait for (and on x86 each line arrives in one miss). Line 0 starts with a
  * hash of the call's signature. Up to CHORUS_SHM_LL_MAX_BYTES per rank (measured:
- * docs/compare.md, "LL lines"). */
+ * docs/compare.md, run 11). */
 #define CHORUS_SHM_LL_MAX_BYTES 256
 #define CHORUS_SHM_LL_LINE_DATA 56
 #define CHORUS_SHM_LL_LINES 5
