@@ -9,8 +9,8 @@
  * Bytes per rank per chunk: S written + S read (copy-in), S read + S/n written (reduce),
  * S read + S written (copy-out); no rank ever waits for a message. Every slice is combined by
  * exactly one rank, so every rank ends with the same bits.
- * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth. Two ranks, and vectors of at most
- * 32 KiB, take one phase instead: every rank combines all inputs itself (1 flag wait, n S read;
+ * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth. Two ranks up to 16 MiB, and
+ * vectors of at most 32 KiB, take one phase instead: every rank combines all inputs itself (1 flag wait, n S read;
  * see progress_one_phase). Vectors of at
  * most 256 bytes travel in the LL lines (ll.h).
  *
@@ -29,14 +29,38 @@
 /* Up to this size every rank reduces the whole vector itself (one phase instead of three). */
 #define SMALL_BYTES (32u * 1024u)
 
+/* Two ranks with a CPU each cut the vector into chunks of at most this many bytes, not whole
+ * slots: 2 ranks, alternating, 2026-12-06, the default 1 MiB slots against 512 KiB chunks: 1 MiB
+ * allreduce 169-188 -> 78-85 us, 4 MiB 726-866 -> 375-390, 16 and 64 MiB 1.3x faster (256 KiB
+ * chunks alike, 128 KiB slower from 4 MiB on). Other collectives, and 4 ranks on 2 CPUs, are as
+ * fast or faster with whole slots. */
+#define TWO_RANK_CHUNK_BYTES (512u * 1024u)
+
+static size_t chunk_bytes(const chorus_task_t* t) {
+  size_t slot = chorus__conn_shm_slot_bytes(t);
+  return t->nranks == 2 && t->polls_inline ? chorus__min_sz(slot, TWO_RANK_CHUNK_BYTES) : slot;
+}
+
+/* Two ranks take one phase up to this size; above, each reducing half the vector costs less
+ * than both reducing all of it (2 ranks, 512 KiB chunks, alternating, 2026-12-06: 64 MiB
+ * 11.7-12.3 ms in three phases against 13.3-15.0 in one; 16 MiB level; 1-4 MiB one phase
+ * 1.2-1.5x faster). */
+#define TWO_RANK_ONE_PHASE_MAX_BYTES (16u * 1024u * 1024u)
+
+static int one_phase(const chorus_task_t* t, size_t nchunks) {
+  size_t bytes = t->args.count * t->dtype_size;
+  if (t->nranks == 2) return bytes <= TWO_RANK_ONE_PHASE_MAX_BYTES;
+  return nchunks == 1 && bytes <= SMALL_BYTES;
+}
+
 static int supported(const chorus_task_t* t) {
   return chorus__conn_shm_avail(t) && chorus__algo_reduce_supported(t);
 }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  size_t bytes = t->args.count * t->dtype_size, slot = chorus__conn_shm_slot_bytes(t);
-  if (t->nranks == 2) return chorus__shm_cost_us(cx, 1, chorus__div_up(bytes, slot), 3.0 * (double)bytes);
-  return chorus__shm_cost_us(cx, 3, chorus__div_up(bytes, slot), 4.0 * (double)bytes);
+  size_t bytes = t->args.count * t->dtype_size, nchunks = chorus__div_up(bytes, chunk_bytes(t));
+  if (t->nranks == 2 && one_phase(t, nchunks)) return chorus__shm_cost_us(cx, 1, nchunks, 3.0 * (double)bytes);
+  return chorus__shm_cost_us(cx, 3, nchunks, 4.0 * (double)bytes);
 }
 
 static chorus_status_t init(chorus_task_t* t) {
@@ -44,7 +68,7 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t touched = chorus__touched_bytes(t->args.sendbuf, bytes, t->args.recvbuf, bytes);
   if (!t->segs && chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, t->args.recvbuf, bytes))
     return chorus__shm_op_init(t, 1, 1, touched, 0);
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched, bytes);
+  return chorus__shm_op_init(t, t->args.count, chunk_bytes(t) / t->dtype_size, touched, bytes);
 }
 
 static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -64,9 +88,9 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
  * whole chunk from every rank's input, in rank order, straight into its receive buffer (ranks 0
  * and 1 read their own input from the send buffer: the same bits as their slot). The same operations
  * on the same bits everywhere, so the results stay identical, and one flag wait per chunk.
- * Taken for small vectors (any number of ranks) and at every size on two ranks, where it reads
+ * Taken for small vectors (any number of ranks) and on two ranks up to 16 MiB, where it reads
  * as many remote bytes as the three phases (S per chunk) but writes S/2 less and waits once per
- * chunk instead of three times; from three ranks on it would read (n - 1) S remote bytes against
+ * chunk instead of three times (above, the second rank's share of the reduction costs more); from three ranks on it would read (n - 1) S remote bytes against
  * 2 S (n - 1) / n. */
 /* dst = the combination of m elements of every input: in0, in1, then the slots of ranks 2.. at
  * element `at` of chunk `which`. */
@@ -129,7 +153,7 @@ static chorus_status_t progress(chorus_task_t* t) {
   chorus_shm_op_t* s = t->state;
   if (s->nchunks == 1 && t->args.count * t->dtype_size <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2 && !t->segs)
     return progress_ll(t, s);
-  if (t->nranks == 2 || (s->nchunks == 1 && t->args.count * t->dtype_size <= SMALL_BYTES))
+  if (one_phase(t, s->nchunks))
     return progress_one_phase(t, s);
   size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;
@@ -162,7 +186,7 @@ static chorus_status_t progress(chorus_task_t* t) {
 
 const chorus_algo_t chorus__algo_shm_allreduce = {
     .name = "shm",
-    .desc = "same-host memory semantics: copy into a shared slot, reduce one slice per rank in place, copy out (2 ranks, or up to 32 KiB: every rank reduces all slots, one phase)",
+    .desc = "same-host memory semantics: copy into a shared slot, reduce one slice per rank in place, copy out (2 ranks up to 16 MiB, in chunks of 512 KiB when each has a CPU, or up to 32 KiB: every rank reduces all slots, one phase)",
     .coll = CH_COLL_ALLREDUCE,
     .supported = supported,
     .cost_us = cost_us,
