@@ -148,6 +148,42 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
+/* ---- three phases ---- */
+
+/* The copy-in: the slices the other ranks reduce, not this rank's own, which it reads from its
+ * send buffer when it reduces (as a ring sends only what the next rank needs: (n - 1) S / n
+ * copied instead of S). A fused group stages everything (its inputs are not one vector). */
+static int stage_in_others(chorus_task_t* t, chorus_shm_op_t* s, const char* src, size_t m, chorus_status_t* st) {
+  if (!chorus__shm_slot_free(t, s, st)) return 0;
+  uint64_t id = chorus__shm_id(s);
+  char* slot = chorus__shm_op_slot(t, s, s->me, (int)(id & 1));
+  size_t off, len, es = t->dtype_size;
+  chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
+  if (off) memcpy(slot, src, off * es);
+  if (off + len < m) memcpy(slot + (off + len) * es, src + (off + len) * es, (m - off - len) * es);
+  chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+  chorus__shm_advance(t, s, 1);
+  return 1;
+}
+
+/* This rank's slice of chunk `which` (m elements), combined from its own input `mine` and the
+ * others' slots in rank order starting with its own (as chorus__shm_reduce_my_slice), into its
+ * slot, from which every rank copies it. */
+static void reduce_my_slice_from(chorus_task_t* t, chorus_shm_op_t* s, int which, const char* mine, size_t m) {
+  size_t off, len, es = t->dtype_size;
+  chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
+  if (!len) return;
+  char* dst = chorus__shm_op_slot(t, s, t->rank, which) + off * es;
+  const char* acc = mine + off * es;
+  for (int q = 0; q < t->nranks; q++) {
+    if (q == t->rank) continue;
+    s->reduce(dst, acc, chorus__shm_op_slot(t, s, q, which) + off * es, len);
+    acc = dst;
+  }
+  if (acc != dst) memcpy(dst, acc, len * es); /* no other rank */
+  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
+}
+
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
@@ -164,11 +200,12 @@ static chorus_status_t progress(chorus_task_t* t) {
     switch (s->stage) {
       case 0: /* copy-in, once nobody reads this slot's previous chunk */
         if (t->segs) CHORUS_SHM_WAIT(chorus__shm_stage_in_segs(t, s, first, m, &st), st);
-        else CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, (const char*)t->args.sendbuf + first * es, m * es, &st), st);
+        else CHORUS_SHM_WAIT(stage_in_others(t, s, (const char*)t->args.sendbuf + first * es, m, &st), st);
         break;
       case 1: /* reduce my slice once every input is there */
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-        chorus__shm_reduce_my_slice(t, s, which, m);
+        if (t->segs) chorus__shm_reduce_my_slice(t, s, which, m);
+        else reduce_my_slice_from(t, s, which, (const char*)t->args.sendbuf + first * es, m);
         chorus__conn_shm_publish(t, SHM_REDUCED, id);
         chorus__shm_advance(t, s, 2);
         break;
