@@ -28,7 +28,7 @@ static const step_t kSteps[] = {
 
 /* Small enough for the sanitizer builds, with 64 KiB slots: every broadcast followed by a call
  * that writes the slots of the ids after it, while the other ranks may still copy its last
- * chunk (a broadcast's root returns before they have: broadcast.c), in one chunk (LL words, a
+ * chunk (a broadcast's root returns before they have: broadcast.c), in one chunk (LL lines, a
  * slot) and in a two-rank pipeline of several. */
 static const step_t kShortSteps[] = {
     {CH_COLL_BROADCAST, 5003}, {CH_COLL_ALLREDUCE, 8191},       {CH_COLL_BROADCAST, 7},
@@ -163,6 +163,32 @@ static void run_ll_sizes(int nranks) { ASSERT_EQ(run_ranks(nranks, ll_sizes_rank
 
 TEST_EX(ll_sizes_two_ranks, 120, "quick") { run_ll_sizes(2); }
 TEST_EX(ll_sizes_three_ranks, 120, "quick") { run_ll_sizes(3); }
+
+/* Two ranks with a CPU each: allreduces just above the size where they leave the one-phase
+ * schedule for three phases (shm/allreduce.c, 16 MiB), in chunks of 512 KiB, out of place and
+ * in place, with avg, sum and max. */
+static int three_phases_rank(chorus_comm_t* comm, int rank, void* arg) {
+  (void)arg;
+  static const mx_spec_t kCalls[] = {
+      {CH_COLL_ALLREDUCE, (16u << 20) / 4 + 1, CHORUS_FLOAT32, CHORUS_AVG, 0, 0, 0, 0, 0},
+      {CH_COLL_ALLREDUCE, (16u << 20) / 8 + 3, CHORUS_FLOAT64, CHORUS_SUM, 0, 0, 1, 0, 0},
+      {CH_COLL_ALLREDUCE, (16u << 20) / 4 + 7, CHORUS_INT32, CHORUS_MAX, 0, 0, 1, 0, 0},
+  };
+  for (int i = 0; i < 3; i++) {
+    mx_spec_t s = kCalls[i];
+    s.seed = ref_mix64(9500u + (uint64_t)i);
+    char spec[160];
+    test_set_context("%s", mx_spec_str(&s, spec, sizeof(spec)));
+    mx_op_t op;
+    mx_op_prepare(&op, &s, rank, 2, NULL);
+    ASSERT_COMM_OK(comm, mx_op_run(&op, comm));
+    ASSERT_EQ(mx_op_verify(&op), 0);
+    mx_op_release(&op);
+  }
+  return 0;
+}
+
+TEST_EX(two_ranks_three_phases, 120, "quick_asan") { ASSERT_EQ(run_ranks(2, three_phases_rank, NULL), 0); }
 
 /* Calls of no elements may pass NULL buffers (the root's send buffer too): nothing is read or
  * written, on either side of a two-rank pipeline, and the calls after them still work. */

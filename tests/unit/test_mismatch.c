@@ -10,13 +10,14 @@
 
 typedef struct {
   int kind; /* 0: counts differ; 1: allreduce vs broadcast; 2: dtypes differ; 3: roots differ;
-             * 4: small counts differ (low-latency buffers on both sides); 5: a small count
-             * against a large one (low-latency buffers against slots); 6: a reduce whose
+             * 4: small counts differ (one low-latency line on both sides); 5: a small count
+             * against a large one (low-latency lines against slots); 6: a reduce whose
              * ranks each take the other for the root; 7: a reduce whose ranks both take
              * themselves for the root (shared memory only: over TCP both wait for a message
              * that nobody sends, until the timeout); 8: as 3 with a payload in the low-latency
-             * words; 9: a broadcast whose payload goes in the root's low-latency words on one
-             * side and through its slot on the other (8 and 9: shared memory only, like 7) */
+             * lines; 9: a broadcast whose payload goes in the root's low-latency lines on one
+             * side and through its slot on the other; 10: small counts that take different
+             * numbers of low-latency lines (1 and 3; 8-10: shared memory only, like 7) */
 } case_t;
 
 static int body(chorus_comm_t* c, int rank, void* arg) {
@@ -42,6 +43,7 @@ static int body(chorus_comm_t* c, int rank, void* arg) {
     case 7: st = chorus_reduce(in, out, 1000, CHORUS_FLOAT32, CHORUS_SUM, rank, c); break;
     case 8: st = chorus_broadcast(in, out, 4, CHORUS_FLOAT32, rank, c); break;
     case 9: st = chorus_broadcast(in, out, rank ? 1000 : 4, CHORUS_FLOAT32, 0, c); break;
+    case 10: st = chorus_allreduce(in, out, rank ? 40 : 10, CHORUS_FLOAT32, CHORUS_SUM, c); break;
     default:
       /* Both ranks think they are the root: nobody receives anything. Shared memory catches it
        * in the call; over TCP the next call reads the other root's stale frame. */
@@ -63,7 +65,7 @@ static int body(chorus_comm_t* c, int rank, void* arg) {
 static void run_all_kinds(int shm) {
   chorus_config_t cfg = CHORUS_CONFIG_INIT;
   cfg.timeout_sec = 20;
-  for (int kind = 0; kind < (shm ? 10 : 7); kind++) {
+  for (int kind = 0; kind < (shm ? 11 : 7); kind++) {
     case_t k = {kind};
     test_set_context("kind %d", kind);
     ASSERT_EQ(run_ranks_cfg(2, &cfg, body, &k), 0);

@@ -1,18 +1,18 @@
 /*
  * shm/allreduce.c - memory-semantics allreduce for ranks that share one host (see shm.h).
  *
- * Per chunk of at most one slot (S bytes), on every rank r of n:
- *   1. copy-in:  r copies its input chunk into its slot          ARRIVED = id
- *   2. reduce:   r combines slice r (S/n) of every rank's slot
- *                into its own slot, in rank order; avg divides    REDUCED = id
- *   3. copy-out: r copies slice q from rank q's slot, for all q   DONE = id
- * Bytes per rank per chunk: S written + S read (copy-in), S read + S/n written (reduce),
- * S read + S written (copy-out); no rank ever waits for a message. Every slice is combined by
- * exactly one rank, so every rank ends with the same bits.
- * Cost: 3 flag waits per chunk + about 4 S / memory bandwidth. Two ranks up to 16 MiB, and
- * vectors of at most 32 KiB, take one phase instead: every rank combines all inputs itself (1 flag wait, n S read;
- * see progress_one_phase). Vectors of at
- * most 256 bytes travel in the LL lines (ll.h).
+ * Per chunk (S bytes: a slot, or 512 KiB on two ranks with a CPU each), on every rank r of n:
+ *   1. copy-in:  r copies the slices the others reduce into its slot  ARRIVED = id
+ *   2. reduce:   r combines slice r (S/n) of its own input and every
+ *                other rank's slot into its slot, in rank order
+ *                starting with its own; avg divides                   REDUCED = id
+ *   3. copy-out: r copies slice q from rank q's slot, for all q       DONE = id
+ * Bytes per rank per chunk: (n-1) S/n read and written (copy-in), S read + S/n written
+ * (reduce), S read + S written (copy-out); no rank ever waits for a message. Every slice is
+ * combined by exactly one rank, so every rank ends with the same bits. Cost: 3 flag waits per
+ * chunk + about 4 S / memory bandwidth. Two ranks up to 16 MiB, and vectors of at most 32 KiB,
+ * take one phase instead: every rank combines all inputs itself (1 flag wait, n S read; see
+ * progress_one_phase). Vectors of at most 256 bytes travel in the LL lines (ll.h).
  *
  * On registered memory (zero copy): rank r reduces slice r straight from every rank's send
  * buffer and writes the result into every rank's receive buffer: N read and N written per rank,
@@ -89,9 +89,9 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
  * and 1 read their own input from the send buffer: the same bits as their slot). The same operations
  * on the same bits everywhere, so the results stay identical, and one flag wait per chunk.
  * Taken for small vectors (any number of ranks) and on two ranks up to 16 MiB, where it reads
- * as many remote bytes as the three phases (S per chunk) but writes S/2 less and waits once per
- * chunk instead of three times (above, the second rank's share of the reduction costs more); from three ranks on it would read (n - 1) S remote bytes against
- * 2 S (n - 1) / n. */
+ * as many remote bytes as the three phases (S per chunk) and waits once per chunk instead of
+ * three times (above, reducing the whole vector on both ranks costs more: TWO_RANK_ONE_PHASE_
+ * MAX_BYTES); from three ranks on it would read (n - 1) S remote bytes against 2 S (n - 1) / n. */
 /* dst = the combination of m elements of every input: in0, in1, then the slots of ranks 2.. at
  * element `at` of chunk `which`. */
 static void combine_all(chorus_task_t* t, chorus_shm_op_t* s, char* dst, const char* in0, const char* in1, int which,
@@ -223,7 +223,7 @@ static chorus_status_t progress(chorus_task_t* t) {
 
 const chorus_algo_t chorus__algo_shm_allreduce = {
     .name = "shm",
-    .desc = "same-host memory semantics: copy into a shared slot, reduce one slice per rank in place, copy out (2 ranks up to 16 MiB, in chunks of 512 KiB when each has a CPU, or up to 32 KiB: every rank reduces all slots, one phase)",
+    .desc = "same-host memory semantics: copy the slices the others reduce into a shared slot, reduce one slice per rank (its own from the send buffer), copy out (2 ranks up to 16 MiB, in chunks of 512 KiB when each has a CPU, or up to 32 KiB: every rank reduces all slots, one phase)",
     .coll = CH_COLL_ALLREDUCE,
     .supported = supported,
     .cost_us = cost_us,

@@ -11,7 +11,7 @@
  * never waits for it.
  *
  * Payloads of at most BCAST_LL_MAX_BYTES travel in the root's LL lines (ll.h): the others see
- * data and its arrival in one cache line.
+ * data and its arrival in the same cache lines (at most two).
  *
  * A root that staged its chunks in the slots of their ids' parity (every call but a two-rank
  * pipeline) does not wait for the others' copies: it returns once every other rank has entered

@@ -7,7 +7,7 @@
  * with a hash of the call's signature, so that mismatched calls are detected), waits for every
  * other's, reads what it needs, and publishes DONE.
  *
- * An LL buffer was last used at most two ids ago; a rank that completed the LL operation just
+ * An LL buffer was last used two ids ago or earlier; a rank that completed the LL operation just
  * before this one saw every peer's lines of it, so every peer had finished the one before: the
  * DONE flags need no look then (chorus__ll_exchange).
  */
@@ -130,9 +130,10 @@ static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
 }
 
-/* Every peer has written operation id, so each has read this rank's lines of id - 1: take
- * those lines back now (as many as a call of this size writes), while the caller goes on, so
- * that the next call's write (id + 1, the same parity) does not stall on them. */
+/* Every peer has written operation id (or, for a broadcast root, entered it), so each has read
+ * this rank's lines of id - 1: take those lines back now (as many as a call of this size
+ * writes), while the caller goes on, so that the next call's write (id + 1, the same parity)
+ * does not stall on them. A prefetch: it changes only how soon the lines are here. */
 static inline void chorus__ll_reclaim(chorus_task_t* t, uint64_t id, size_t bytes) {
   uint64_t* words = chorus__conn_shm_ll(t, t->rank, (int)((id + 1) & 1));
   for (size_t l = 0, lines = chorus__ll_lines(bytes); l < lines; l++) __builtin_prefetch(words + 8 * l, 1, 3);

@@ -71,7 +71,7 @@ static const char* block_input(const chorus_task_t* t, const chorus_shm_op_t* s,
 }
 
 /* All blocks together at most CHORUS_SHM_LL_MAX_BYTES: through the LL buffers (ll.h); every
- * rank combines its block from every rank's words, in rank order. */
+ * rank combines its block from every rank's LL lines, in rank order. */
 static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, block = m * t->dtype_size, all = block * (size_t)t->nranks, mine = (size_t)t->rank * block;
   chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all);

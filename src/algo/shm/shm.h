@@ -101,9 +101,10 @@ static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, in
  * chunk the reader starts only once the writer has copied all of it; in several, the two work on
  * successive chunks at once (2 ranks, 1 MiB reduce: 162-182 us against 225-261 in one chunk; a
  * 16 MiB broadcast in place, 1.3-1.4 ms in quarter slots against 1.5-1.6 in whole ones). Where
- * every rank both writes and reads (allreduce, allgather) or ranks outnumber cores, smaller
- * chunks only add flag waits: 4 ranks on 2 cores, 256 KiB reduce, 280-360 us against 82-92;
- * 2-rank allreduce, 64 KiB, 15 against 9-10. */
+ * every rank both writes and reads (allreduce, allgather) or ranks outnumber cores, chunks this
+ * small only add flag waits: 4 ranks on 2 cores, 256 KiB reduce, 280-360 us against 82-92;
+ * 2-rank allreduce, 64 KiB, 15 against 9-10 (its chunks of 512 KiB are another matter:
+ * allreduce.c, TWO_RANK_CHUNK_BYTES). */
 #define CHORUS_SHM_PIPE_CHUNKS 8u
 #define CHORUS_SHM_PIPE_MIN_BYTES (16u * 1024u)
 
