@@ -53,7 +53,7 @@ static void task_prepare(chorus_task_t* t, chorus_comm_t* comm, const chorus_col
   t->chunk_bytes = comm->msg_chunk_bytes;
   t->pipe_unit_bytes = comm->chunk_bytes;
   t->spins_long = chorus__cost_latency_bound(&comm->cost, (double)a->count * (double)t->dtype_size);
-  t->polls_inline = !comm->oversubscribed;
+  t->cpu_per_rank = !comm->oversubscribed;
   t->blocking = blocking;
   t->internal = internal;
   t->got_src = -1; /* no message matched yet */

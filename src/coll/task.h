@@ -144,9 +144,10 @@ typedef struct chorus_task {
   float* residual; /* the error-feedback values of args.residual when the call is compressed */
   const char* sub_algo; /* CHORUS_ALGO's inner engine for this call ("rhd" of "hier/rhd"), or NULL */
   size_t dtype_size;  /* bytes per element */
-  /* Whether a same-host wait may poll its flag for a moment before handing back to the engine:
-   * not when the host has more ranks than CPUs, where the peer waited for needs this one's CPU. */
-  int polls_inline;
+  /* Whether this rank's host has a CPU for each of its ranks (the same on all of them): then a
+   * same-host wait may poll a moment before handing back to the engine (otherwise the peer it
+   * waits for may need this CPU), and a two-rank allreduce cuts smaller chunks. */
+  int cpu_per_rank;
   /* The unit engines cut messages into: CHORUS_BUFF_SIZE (a multiple of 64 bytes), times the
    * sockets per TCP peer when messages to TCP peers are striped (a whole unit per socket), up to
    * 64 MiB (comm.c). */

@@ -38,7 +38,7 @@
 
 static size_t chunk_bytes(const chorus_task_t* t) {
   size_t slot = chorus__conn_shm_slot_bytes(t);
-  return t->nranks == 2 && t->polls_inline ? chorus__min_sz(slot, TWO_RANK_CHUNK_BYTES) : slot;
+  return t->nranks == 2 && t->cpu_per_rank ? chorus__min_sz(slot, TWO_RANK_CHUNK_BYTES) : slot;
 }
 
 /* Two ranks take one phase up to this size; above, each reducing half the vector costs less
@@ -166,24 +166,6 @@ static int stage_in_others(chorus_task_t* t, chorus_shm_op_t* s, const char* src
   return 1;
 }
 
-/* This rank's slice of chunk `which` (m elements), combined from its own input `mine` and the
- * others' slots in rank order starting with its own (as chorus__shm_reduce_my_slice), into its
- * slot, from which every rank copies it. */
-static void reduce_my_slice_from(chorus_task_t* t, chorus_shm_op_t* s, int which, const char* mine, size_t m) {
-  size_t off, len, es = t->dtype_size;
-  chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
-  if (!len) return;
-  char* dst = chorus__shm_op_slot(t, s, t->rank, which) + off * es;
-  const char* acc = mine + off * es;
-  for (int q = 0; q < t->nranks; q++) {
-    if (q == t->rank) continue;
-    s->reduce(dst, acc, chorus__shm_op_slot(t, s, q, which) + off * es, len);
-    acc = dst;
-  }
-  if (acc != dst) memcpy(dst, acc, len * es); /* no other rank */
-  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
-}
-
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
@@ -204,8 +186,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         break;
       case 1: /* reduce my slice once every input is there */
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-        if (t->segs) chorus__shm_reduce_my_slice(t, s, which, m);
-        else reduce_my_slice_from(t, s, which, (const char*)t->args.sendbuf + first * es, m);
+        chorus__shm_reduce_my_slice(t, s, which, t->segs ? NULL : (const char*)t->args.sendbuf + first * es, m);
         chorus__conn_shm_publish(t, SHM_REDUCED, id);
         chorus__shm_advance(t, s, 2);
         break;

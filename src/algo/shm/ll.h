@@ -73,7 +73,7 @@ static inline int chorus__ll_lines_hold(uint64_t* words, size_t lines, uint64_t 
 static inline int chorus__ll_arrived(chorus_task_t* t, int rank, uint64_t id, size_t bytes, chorus_status_t* st) {
   uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1));
   size_t lines = chorus__ll_lines(bytes);
-  int spin = t->polls_inline ? CHORUS_SHM_LL_POLLS : 0;
+  int spin = t->cpu_per_rank ? CHORUS_SHM_LL_POLLS : 0;
   while (!chorus__ll_lines_hold(words, lines, id)) {
     if (spin-- <= 0) {
       chorus__conn_shm_peer_ok(t, rank, st);

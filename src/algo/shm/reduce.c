@@ -94,7 +94,7 @@ static chorus_status_t progress(chorus_task_t* t) {
         break;
       case 1:
         CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-        chorus__shm_reduce_my_slice(t, s, which, m);
+        chorus__shm_reduce_my_slice(t, s, which, NULL, m);
         chorus__conn_shm_publish(t, SHM_REDUCED, id);
         if (t->rank == t->args.root) {
           chorus__shm_advance(t, s, 2);

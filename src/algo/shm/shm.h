@@ -266,16 +266,23 @@ static inline void chorus__shm_combine_two(chorus_task_t* t, const chorus_shm_op
   }
 }
 
-/* Combines slice `rank` of chunk `which` (m elements) from every rank's slot into this rank's
- * slot, in rank order starting with its own; avg divides. One writer per slice: every rank
- * later copies the same bits. */
-static inline void chorus__shm_reduce_my_slice(chorus_task_t* t, chorus_shm_op_t* s, int which, size_t m) {
+/* Combines slice `rank` of chunk `which` (m elements) of this rank's input and every other
+ * rank's slot into this rank's slot, in rank order starting with its own; avg divides. `mine`
+ * is this rank's input chunk: its send buffer when it staged only the others' slices, NULL when
+ * its slot holds the whole chunk. One writer per slice: every rank later copies the same bits. */
+static inline void chorus__shm_reduce_my_slice(chorus_task_t* t, chorus_shm_op_t* s, int which, const char* mine,
+                                               size_t m) {
   size_t off, len, es = t->dtype_size;
   chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
   if (!len) return;
   char* dst = chorus__shm_op_slot(t, s, t->rank, which) + off * es;
-  for (int q = 0; q < t->nranks; q++)
-    if (q != t->rank) s->reduce(dst, dst, chorus__shm_op_slot(t, s, q, which) + off * es, len);
+  const char* acc = mine ? mine + off * es : dst;
+  for (int q = 0; q < t->nranks; q++) {
+    if (q == t->rank) continue;
+    s->reduce(dst, acc, chorus__shm_op_slot(t, s, q, which) + off * es, len);
+    acc = dst;
+  }
+  if (acc != dst) memcpy(dst, acc, len * es); /* no other rank */
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, len, t->args.dtype, t->nranks);
 }
 
