@@ -246,24 +246,17 @@ static inline void chorus__shm_copy_to_output(chorus_task_t* t, const chorus_shm
   chorus__shm_copy_out(s, (char*)t->segs[seg].recv + from * es, src + done * es, n * es);
 }
 
-/* dst = a op b (and avg's division over the call's ranks). An output too large to stay cached
- * (s->stream_out) is combined 16 KiB at a time into a buffer that stays in the L1 cache, then
- * streamed out (reduce/copy.c), so that no line of dst is read before it is written. */
+/* dst = a op b (and avg's division over the call's ranks), with plain stores even where the
+ * output no longer stays cached (s->stream_out): combining 16 KiB at a time into a buffer in
+ * the L1 cache and streaming it out measured slower at every size (2 ranks, alternating,
+ * 2026-12-06, CHORUS_SHM_STREAM_BYTES=0 against the default, which streams from 6 MiB here:
+ * allreduce 8 MiB 0.79-1.02 ms against 1.24-1.51, 16 MiB 2.6-2.8 against 3.2-3.8, 64 MiB
+ * 12.1-13.5 against 17.5-18.8; reduce 8 MiB 0.54-0.83 against 0.82-0.83, 64 MiB 8.4-11.1
+ * against 11.3-15.2). */
 static inline void chorus__shm_combine_two(chorus_task_t* t, const chorus_shm_op_t* s, char* dst, const char* a,
                                            const char* b, size_t m) {
-  if (!s->stream_out) {
-    s->reduce(dst, a, b, m);
-    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
-    return;
-  }
-  _Alignas(64) char scratch[16384];
-  size_t es = t->dtype_size, per = sizeof(scratch) / es;
-  for (size_t i = 0; i < m; i += per) {
-    size_t n = m - i < per ? m - i : per;
-    s->reduce(scratch, a + i * es, b + i * es, n);
-    if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(scratch, n, t->args.dtype, t->nranks);
-    chorus__copy_streaming(dst + i * es, scratch, n * es);
-  }
+  s->reduce(dst, a, b, m);
+  if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
 }
 
 /* Combines slice `rank` of chunk `which` (m elements) of this rank's input and every other
