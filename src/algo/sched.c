@@ -25,3 +25,10 @@ void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_
       .residual = t->residual,
   };
 }
+
+chorus_status_t chorus__sched_lend_area(chorus_task_t* t, chorus_sched_t* s, size_t bytes) {
+  s->area = bytes ? chorus__task_scratch(t, bytes) : NULL;
+  return bytes && !s->area ? CHORUS_ERR_NO_MEMORY : CHORUS_OK;
+}
+
+void chorus__sched_take_back_area(chorus_task_t* t, const chorus_sched_t* s) { chorus__task_scratch_free(t, s->area); }

@@ -208,7 +208,28 @@ static size_t block_area(const chorus_sched_t* s, int n, int b) {
   return align64(chorus__codec_bytes(&s->codec, len));
 }
 
-/* One allocation: the block table, the transfers and the three encoded areas. */
+/* The three encoded areas: mine, theirs (n slots of stride bytes) and reduced. */
+static size_t areas(const chorus_sched_t* s, size_t* mine_bytes, size_t* stride) {
+  int n = s->group.size;
+  if (s->codec.kind == CHORUS_CODEC_TOPK) {
+    *mine_bytes = *stride = align64(chorus__codec_bytes(&s->codec, s->count));
+    return *mine_bytes + (size_t)n * *stride;
+  }
+  *mine_bytes = 0;
+  for (int b = 0; b < n; b++) *mine_bytes += block_area(s, n, b);
+  *stride = block_area(s, n, s->group.me);
+  return 2 * *mine_bytes + (size_t)n * *stride;
+}
+
+size_t chorus__zip_area_bytes(const chorus_sched_t* s) {
+  size_t mine_bytes, stride;
+  if (s->group.size < 1 || s->group.me < 0 || s->codec.kind <= CHORUS_CODEC_NONE || s->codec.kind >= CHORUS_CODEC_COUNT)
+    return 0; /* chorus__zip_start refuses it */
+  return areas(s, &mine_bytes, &stride);
+}
+
+/* One allocation: the block table, the transfers and (unless s->area holds them) the three
+ * encoded areas. */
 chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
   *out = NULL;
   int n = s->group.size, me = s->group.me;
@@ -216,16 +237,9 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
       s->dtype != CHORUS_FLOAT32 || (s->op != CHORUS_SUM && s->op != CHORUS_AVG))
     return CHORUS_ERR_NOT_SUPPORTED;
   int topk = s->codec.kind == CHORUS_CODEC_TOPK;
-  size_t nb = (size_t)n, mine_bytes = 0, reduced_bytes = 0, stride;
-  if (topk) {
-    mine_bytes = stride = align64(chorus__codec_bytes(&s->codec, s->count));
-  } else {
-    for (int b = 0; b < n; b++) mine_bytes += block_area(s, n, b);
-    reduced_bytes = mine_bytes;
-    stride = block_area(s, n, me);
-  }
+  size_t nb = (size_t)n, mine_bytes, stride, all = areas(s, &mine_bytes, &stride);
   size_t head = align64(sizeof(chorus_zip_t) + (3 * nb + 1) * sizeof(size_t));
-  chorus_zip_t* z = calloc(1, head + mine_bytes + nb * stride + reduced_bytes);
+  chorus_zip_t* z = calloc(1, head + (s->area ? 0 : all));
   if (!z) return CHORUS_ERR_NO_MEMORY;
   z->s = *s;
   z->n = n;
@@ -237,7 +251,7 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
     chorus__ring_segment(s->count, n, b, &z->first[b], &z->len[b]);
     z->enc_at[b + 1] = z->enc_at[b] + align64(chorus__codec_bytes(&s->codec, z->len[b]));
   }
-  z->mine = (char*)z + head;
+  z->mine = s->area ? s->area : (char*)z + head;
   z->slot = topk ? chorus__codec_bytes(&s->codec, s->count) : enc_bytes(z, me);
   z->stride = stride;
   z->theirs = z->mine + mine_bytes;
@@ -272,8 +286,10 @@ static int zip_supported(const chorus_task_t* t) {
 static chorus_status_t zip_init(chorus_task_t* t) {
   chorus_sched_t s;
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
+  chorus_status_t st = chorus__sched_lend_area(t, &s, chorus__zip_area_bytes(&s));
   chorus_zip_t* z = NULL;
-  chorus_status_t st = chorus__zip_start(&s, &z);
+  if (st == CHORUS_OK) st = chorus__zip_start(&s, &z);
+  if (!z) chorus__sched_take_back_area(t, &s);
   t->state = z;
   return st;
 }
@@ -281,7 +297,9 @@ static chorus_status_t zip_init(chorus_task_t* t) {
 static chorus_status_t zip_progress(chorus_task_t* t) { return chorus__zip_step(t, t->state); }
 
 static void zip_fini(chorus_task_t* t) {
-  chorus__zip_free(t->state);
+  chorus_zip_t* z = t->state;
+  if (z) chorus__sched_take_back_area(t, &z->s);
+  chorus__zip_free(z);
   t->state = NULL;
 }
 
