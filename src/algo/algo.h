@@ -51,22 +51,21 @@ typedef struct {
   /* Error feedback (with a codec): element e of this run's input has residual[e], added before
    * encoding and replaced by what the encoding dropped. NULL: none. */
   float* residual;
-  /* Room for the engine's work area that grows with the vector (rd's partner vector, Bruck's
-   * packs, zip's encodings), lent by the caller; NULL: the engine allocates its own. */
-  void* area;
+  /* Where the engine takes the work areas that grow with the vector or its window (receive
+   * slots, rd's partner vector, Bruck's packs, zip's encodings) and gives them back: the
+   * communicator's kept scratch blocks (chorus__sched_scratch); NULL: malloc and free. */
+  struct chorus_comm* pool;
 } chorus_sched_t;
 
 /* The schedule of a whole-communicator call over `group` (the task's own arguments, root
  * translated to its group index; avg divided by the communicator size). */
 void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_sched_t* s);
 
-/* A whole-communicator run lends its engine the communicator's kept scratch block as s->area
- * (chorus__task_scratch; from init and fini only), so that the area is not allocated anew on
- * every call: glibc maps an allocation of 32 MiB or more afresh each time, and its pages fault
- * in at about 10 us each on a machine of shadow paging (2 ranks, a forced rd allreduce of 32 MiB
- * took 127 ms and of 16 MiB 3.4). ERR_NO_MEMORY when it cannot be had; nothing lent at 0 bytes. */
-chorus_status_t chorus__sched_lend_area(chorus_task_t* t, chorus_sched_t* s, size_t bytes);
-void chorus__sched_take_back_area(chorus_task_t* t, const chorus_sched_t* s);
+/* An engine's work area of `bytes` (64-byte aligned; NULL when out of memory) from s->pool, so
+ * that calls do not allocate it anew (core/scratch.c says what that cost), and its return.
+ * Engines start and end under the communicator's lock (init, progress, fini). */
+void* chorus__sched_scratch(const chorus_sched_t* s, size_t bytes);
+void chorus__sched_scratch_free(const chorus_sched_t* s, void* block);
 
 /* Link figures the cost model uses: startup latency and bandwidth of one transfer. */
 typedef struct {

@@ -3,6 +3,7 @@
  * (which gets a task) and an engine (which runs over a group).
  */
 #include "algo/algo.h"
+#include "core/comm.h"
 
 void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_sched_t* s) {
   const chorus_coll_args_t* a = &t->args;
@@ -23,12 +24,10 @@ void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_
       .chunk_bytes = t->chunk_bytes,
       .codec = t->codec,
       .residual = t->residual,
+      .pool = t->comm,
   };
 }
 
-chorus_status_t chorus__sched_lend_area(chorus_task_t* t, chorus_sched_t* s, size_t bytes) {
-  s->area = bytes ? chorus__task_scratch(t, bytes) : NULL;
-  return bytes && !s->area ? CHORUS_ERR_NO_MEMORY : CHORUS_OK;
-}
+void* chorus__sched_scratch(const chorus_sched_t* s, size_t bytes) { return chorus__scratch_take(s->pool, bytes); }
 
-void chorus__sched_take_back_area(chorus_task_t* t, const chorus_sched_t* s) { chorus__task_scratch_free(t, s->area); }
+void chorus__sched_scratch_free(const chorus_sched_t* s, void* block) { chorus__scratch_give(s->pool, block); }

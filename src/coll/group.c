@@ -149,7 +149,7 @@ static void fused_done(chorus_task_t* t, chorus_status_t st) {
   fused_t* f = t->on_done_arg;
   if (st == CHORUS_OK && !(t->algo->takes_segments && t->segs)) fused_unpack(f, t);
   for (size_t i = 0; i < f->n; i++) chorus__engine_complete(f->comm, f->members[i], st);
-  free(f->pack);
+  chorus__scratch_give(f->comm, f->pack);
   free(f->segs);
   free(f);
 }
@@ -184,13 +184,13 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   size_t pack_elems = gather ? total * (1 + (size_t)t0->nranks) : t0->args.coll == CH_COLL_ALLREDUCE ? total : 0;
   fused_t* f = calloc(1, sizeof(*f) + n * sizeof(chorus_req_t*));
   chorus_req_t* fused = calloc(1, sizeof(*fused));
-  char* pack = pack_elems ? malloc(pack_elems * es) : NULL;
+  char* pack = pack_elems ? chorus__scratch_take(comm, pack_elems * es) : NULL;
   chorus_seg_t* segs = t0->args.coll == CH_COLL_ALLREDUCE ? calloc(n, sizeof(*segs)) : NULL;
   for (size_t i = 0; i < n; i++) __atomic_store_n(&reqs[i]->deferred, 0, __ATOMIC_RELEASE);
   if (!f || !fused || (pack_elems && !pack) || (t0->args.coll == CH_COLL_ALLREDUCE && !segs)) {
     free(f);
     free(fused);
-    free(pack);
+    chorus__scratch_give(comm, pack);
     free(segs);
     chorus__comm_set_error(comm, "chorus_group_end: out of memory fusing %zu %ss", n, chorus__coll_name(t0->args.coll));
     fail_calls(comm, reqs, n, CHORUS_ERR_NO_MEMORY);
@@ -231,7 +231,7 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   chorus_status_t st = chorus__coll_post(comm, &fused->task);
   if (st < 0) { /* never queued: its members end here */
     for (size_t i = 0; i < n; i++) chorus__engine_complete(comm, reqs[i], st);
-    free(pack);
+    chorus__scratch_give(comm, pack);
     free(segs);
     free(f);
     free(fused);

@@ -245,8 +245,8 @@ static inline size_t chorus__touched_bytes(const void* in, size_t in_bytes, cons
 }
 
 /* Scratch memory of at least `bytes` for an algorithm's state (core/scratch.c), taken in its
- * init and given back in its fini: the communicator keeps the largest block for its next calls.
- * NULL when out of memory. Not for sub-engines started from progress. */
+ * init or progress and given back by its end: the communicator keeps blocks for its next calls.
+ * NULL when out of memory. */
 void* chorus__task_scratch(chorus_task_t* t, size_t bytes);
 void chorus__task_scratch_free(chorus_task_t* t, void* block);
 

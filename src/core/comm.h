@@ -21,6 +21,9 @@
  * another core answers within microseconds, one that computes takes far longer. */
 #define CHORUS_SPIN_ONE_HOST_US 50
 
+/* Scratch blocks a communicator keeps for its next calls (scratch.c). */
+#define CHORUS_SCRATCH_KEPT 64
+
 struct chorus_req {
   chorus_task_t task; /* a request is its task; freed when both the user and the engine are done */
   int user_released;  /* chorus_req_free was called */
@@ -80,7 +83,7 @@ struct chorus_comm {
   chorus_req_t* live;        /* non-blocking requests not yet freed */
   chorus_req_t* spare_reqs;  /* freed requests kept for the next calls (linked by live_next; mu) */
   size_t nspare;
-  void* scratch;             /* the largest scratch block calls freed, for the next (scratch.c; mu) */
+  void* scratch[CHORUS_SCRATCH_KEPT]; /* scratch blocks calls gave back, for the next (scratch.c; mu) */
   struct {                   /* the last selection per collective, keyed by what decides it */
     const chorus_algo_t* algo;
     uint64_t key[3];
@@ -160,7 +163,12 @@ void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
  * freed one kept by the communicator, else a new one; NULL when out of memory. mu held. */
 chorus_req_t* chorus__engine_new_req(chorus_comm_t* comm);
 void chorus__engine_free_spare_reqs(chorus_comm_t* comm);
-void chorus__scratch_release(chorus_comm_t* comm); /* frees the kept scratch block */
+/* Scratch memory (scratch.c), mu held: a kept block of at least `bytes` (64-byte aligned), else
+ * a new one (NULL when out of memory); given back, it is kept for the next calls (or freed).
+ * comm NULL: plain allocation. */
+void* chorus__scratch_take(chorus_comm_t* comm, size_t bytes);
+void chorus__scratch_give(chorus_comm_t* comm, void* block);
+void chorus__scratch_release(chorus_comm_t* comm); /* frees the kept scratch blocks */
 /* Releases n requests of comm that have completed, under one lock (chorus_group_end). */
 void chorus__engine_release_done(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n);
 /* hold = 1: a thread is about to wait for several tasks in a row (chorus_group_end), driving

@@ -158,9 +158,8 @@ static chorus_status_t alloc_buffers(treduce_t* r) {
   r->send_xfers = r->recv_xfers + nchild * r->window;
   if (nchild == 0 || r->nchunks == 0) return CHORUS_OK;
   size_t nslots = (nchild + (r->is_root ? 0 : 1)) * r->window;
-  void* slots = NULL;
-  if (posix_memalign(&slots, 64, nslots * r->slot_bytes) != 0) return CHORUS_ERR_NO_MEMORY;
-  r->recv_slots = slots;
+  r->recv_slots = chorus__sched_scratch(&r->s, nslots * r->slot_bytes);
+  if (!r->recv_slots) return CHORUS_ERR_NO_MEMORY;
   r->acc_slots = r->is_root ? NULL : r->recv_slots + nchild * r->window * r->slot_bytes;
   return CHORUS_OK;
 }
@@ -169,7 +168,7 @@ size_t chorus__tree_reduce_chunks_done(const treduce_t* r) { return r->is_root ?
 
 void chorus__binomial_reduce_free(treduce_t* r) {
   if (r) {
-    free(r->recv_slots);
+    chorus__sched_scratch_free(&r->s, r->recv_slots);
     free(r->recv_xfers);
   }
   free(r);

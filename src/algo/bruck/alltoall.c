@@ -98,24 +98,27 @@ chorus_status_t chorus__bruck_alltoall_start(const chorus_sched_t* s, ba_t** out
   if (s->group.size < 1 || s->group.me < 0 || s->elem_bytes == 0) return CHORUS_ERR_INVALID_ARG;
   int n = s->group.size;
   size_t block = s->count * s->elem_bytes, pack_blocks = (size_t)(n / 2);
-  ba_t* e = calloc(1, sizeof(*e) + (s->area ? 0 : chorus__bruck_alltoall_area_bytes(s)));
+  ba_t* e = calloc(1, sizeof(*e));
   if (!e) return CHORUS_ERR_NO_MEMORY;
+  if (!(e->send_pack = chorus__sched_scratch(s, 2 * pack_blocks * block))) {
+    free(e);
+    return CHORUS_ERR_NO_MEMORY;
+  }
   e->s = *s;
   e->n = n;
   e->me = s->group.me;
   e->block_bytes = block;
   e->pack_blocks = pack_blocks;
-  e->send_pack = s->area ? s->area : (char*)(e + 1);
   e->recv_pack = e->send_pack + pack_blocks * block;
   *out = e;
   return CHORUS_OK;
 }
 
-size_t chorus__bruck_alltoall_area_bytes(const chorus_sched_t* s) {
-  return 2 * (size_t)(s->group.size / 2) * s->count * s->elem_bytes;
+void chorus__bruck_alltoall_free(ba_t* e) {
+  if (!e) return;
+  chorus__sched_scratch_free(&e->s, e->send_pack);
+  free(e);
 }
-
-void chorus__bruck_alltoall_free(ba_t* e) { free(e); }
 
 /* ---- the registry entry: the whole communicator on its host-ordered ring ---- */
 
@@ -123,10 +126,8 @@ static chorus_status_t bruck_alltoall_init(chorus_task_t* t) {
   chorus_sched_t s;
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
   s.block_of = s.group.ranks; /* the member at ring position i is its rank's block */
-  chorus_status_t st = chorus__sched_lend_area(t, &s, chorus__bruck_alltoall_area_bytes(&s));
   ba_t* e = NULL;
-  if (st == CHORUS_OK) st = chorus__bruck_alltoall_start(&s, &e);
-  if (!e) chorus__sched_take_back_area(t, &s);
+  chorus_status_t st = chorus__bruck_alltoall_start(&s, &e);
   t->state = e;
   return st;
 }
@@ -139,9 +140,7 @@ static chorus_status_t bruck_alltoall_progress(chorus_task_t* t) {
 }
 
 static void bruck_alltoall_fini(chorus_task_t* t) {
-  ba_t* e = t->state;
-  if (e) chorus__sched_take_back_area(t, &e->s);
-  chorus__bruck_alltoall_free(e);
+  chorus__bruck_alltoall_free(t->state);
   t->state = NULL;
 }
 

@@ -18,7 +18,6 @@ void chorus__bruck_allgather_free(chorus_bruck_allgather_t* e);
  * recvbuf comes from that member (count elements per block; sendbuf == recvbuf allowed). */
 typedef struct chorus_bruck_alltoall chorus_bruck_alltoall_t;
 chorus_status_t chorus__bruck_alltoall_start(const chorus_sched_t* s, chorus_bruck_alltoall_t** out);
-size_t chorus__bruck_alltoall_area_bytes(const chorus_sched_t* s); /* s->area's size, when lent */
 chorus_status_t chorus__bruck_alltoall_step(chorus_task_t* t, chorus_bruck_alltoall_t* e);
 void chorus__bruck_alltoall_free(chorus_bruck_alltoall_t* e);
 

@@ -244,7 +244,7 @@ static void add_peer(dbt_t* d, int m) {
 
 void chorus__dbtree_allreduce_free(dbt_t* d) {
   if (!d) return;
-  for (int i = 0; i < d->npeers; i++) free(d->peers[i].slots);
+  for (int i = 0; i < d->npeers; i++) chorus__sched_scratch_free(&d->s, d->peers[i].slots);
   free(d->ustate);
   free(d->slot_of);
   free(d->entry_of);
@@ -278,7 +278,7 @@ chorus_status_t chorus__dbtree_allreduce_start(const chorus_sched_t* s, dbt_t** 
   d->entry_of = calloc(2 * d->nunits + 1, sizeof(*d->entry_of));
   int ok = d->ustate && d->slot_of && d->entry_of;
   for (int i = 0; i < d->npeers && ok; i++) {
-    d->peers[i].slots = malloc(W * d->slot_bytes);
+    d->peers[i].slots = chorus__sched_scratch(&d->s, W * d->slot_bytes);
     ok = d->peers[i].slots != NULL;
   }
   if (!ok) {

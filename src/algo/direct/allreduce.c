@@ -122,8 +122,12 @@ chorus_status_t chorus__direct_allreduce_start(const chorus_sched_t* s, direct_t
   size_t nx = window * 2 * (size_t)(n - 1);
   size_t head = sizeof(direct_t) + nx * sizeof(chorus_algo_xfer_t);
   head = (head + 63) & ~(size_t)63;
-  direct_t* e = calloc(1, head + window * (size_t)n * slot_bytes);
+  direct_t* e = calloc(1, head);
   if (!e) return CHORUS_ERR_NO_MEMORY;
+  if (!(e->slots = chorus__sched_scratch(s, window * (size_t)n * slot_bytes))) {
+    free(e);
+    return CHORUS_ERR_NO_MEMORY;
+  }
   e->s = *s;
   e->reduce = fn;
   e->n = n;
@@ -134,12 +138,15 @@ chorus_status_t chorus__direct_allreduce_start(const chorus_sched_t* s, direct_t
   e->window = window;
   e->slot_bytes = slot_bytes;
   e->x = (chorus_algo_xfer_t*)(e + 1);
-  e->slots = (char*)e + head;
   *out = e;
   return CHORUS_OK;
 }
 
-void chorus__direct_allreduce_free(direct_t* e) { free(e); }
+void chorus__direct_allreduce_free(direct_t* e) {
+  if (!e) return;
+  chorus__sched_scratch_free(&e->s, e->slots);
+  free(e);
+}
 
 /* ---- the registry entry: the whole communicator on its host-ordered ring ---- */
 

@@ -124,33 +124,36 @@ chorus_status_t chorus__rd_allreduce_start(const chorus_sched_t* s, rd_t** out) 
   if (s->group.size < 1 || s->group.me < 0 || s->elem_bytes == 0) return CHORUS_ERR_INVALID_ARG;
   chorus_reduce_fn fn = chorus__algo_reduce_fn(s->dtype, s->op);
   if (!fn) return CHORUS_ERR_NOT_SUPPORTED;
-  size_t bytes = chorus__rd_allreduce_area_bytes(s);
-  rd_t* e = calloc(1, sizeof(*e) + (s->area ? 0 : bytes));
+  size_t bytes = s->count * s->elem_bytes;
+  rd_t* e = calloc(1, sizeof(*e));
   if (!e) return CHORUS_ERR_NO_MEMORY;
+  if (bytes && !(e->scratch = chorus__sched_scratch(s, bytes))) {
+    free(e);
+    return CHORUS_ERR_NO_MEMORY;
+  }
   e->s = *s;
   chorus__rd_shape(&e->sh, s->group.me, s->group.size);
   e->reduce = fn;
   e->bytes = bytes;
   e->acc = s->sendbuf;
   e->recvbuf = s->recvbuf;
-  e->scratch = s->area ? s->area : (char*)(e + 1);
   *out = e;
   return CHORUS_OK;
 }
 
-size_t chorus__rd_allreduce_area_bytes(const chorus_sched_t* s) { return s->count * s->elem_bytes; }
-
-void chorus__rd_allreduce_free(rd_t* e) { free(e); }
+void chorus__rd_allreduce_free(rd_t* e) {
+  if (!e) return;
+  chorus__sched_scratch_free(&e->s, e->scratch);
+  free(e);
+}
 
 /* ---- the registry entry: the whole communicator on its host-ordered ring ---- */
 
 static chorus_status_t rd_allreduce_init(chorus_task_t* t) {
   chorus_sched_t s;
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
-  chorus_status_t st = chorus__sched_lend_area(t, &s, chorus__rd_allreduce_area_bytes(&s));
   rd_t* e = NULL;
-  if (st == CHORUS_OK) st = chorus__rd_allreduce_start(&s, &e);
-  if (!e) chorus__sched_take_back_area(t, &s);
+  chorus_status_t st = chorus__rd_allreduce_start(&s, &e);
   t->state = e;
   return st;
 }
@@ -163,9 +166,7 @@ static chorus_status_t rd_allreduce_progress(chorus_task_t* t) {
 }
 
 static void rd_allreduce_fini(chorus_task_t* t) {
-  rd_t* e = t->state;
-  if (e) chorus__sched_take_back_area(t, &e->s);
-  chorus__rd_allreduce_free(e);
+  chorus__rd_allreduce_free(t->state);
   t->state = NULL;
 }
 

@@ -52,7 +52,6 @@ static inline int chorus__rd_member(const chorus_rd_shape_t* sh, int v) {
 /* Allreduce: every member's recvbuf gets the reduction of all sendbufs (count elements). */
 typedef struct chorus_rd_allreduce chorus_rd_allreduce_t;
 chorus_status_t chorus__rd_allreduce_start(const chorus_sched_t* s, chorus_rd_allreduce_t** out);
-size_t chorus__rd_allreduce_area_bytes(const chorus_sched_t* s); /* s->area's size, when lent */
 chorus_status_t chorus__rd_allreduce_step(chorus_task_t* t, chorus_rd_allreduce_t* e);
 void chorus__rd_allreduce_free(chorus_rd_allreduce_t* e);
 

@@ -220,7 +220,7 @@ chorus_status_t chorus__rhd_start(const chorus_sched_t* s, chorus_rhd_kind_t kin
   if (h->npasses) {
     size_t width = chorus__min_sz(h->piece_elems, s->count);
     size_t piece = kind == CHORUS_RHD_ALLREDUCE ? width : width * (size_t)h->n;
-    h->slot = malloc(piece * h->eb * (kind == CHORUS_RHD_ALLREDUCE ? 1 : 2));
+    h->slot = chorus__sched_scratch(s, piece * h->eb * (kind == CHORUS_RHD_ALLREDUCE ? 1 : 2));
     if (!h->slot) {
       free(h);
       return CHORUS_ERR_NO_MEMORY;
@@ -232,7 +232,7 @@ chorus_status_t chorus__rhd_start(const chorus_sched_t* s, chorus_rhd_kind_t kin
 }
 
 void chorus__rhd_free(rhd_t* h) {
-  if (h) free(h->slot);
+  if (h) chorus__sched_scratch_free(&h->s, h->slot);
   free(h);
 }
 

@@ -328,15 +328,14 @@ static chorus_status_t alloc_buffers(ring_t* g) {
   g->hold_for_forward = g->kind == CHORUS_RING_REDUCE_SCATTER && g->rs_steps > 1;
   g->nslots = chorus__min_sz(window + (g->hold_for_forward ? g->nchunks : 0), rs_units);
   g->slot_bytes = chorus__min_sz(g->chunk_elems, g->max_seg_elems) * g->elem_bytes;
-  void* slots = NULL;
-  if (posix_memalign(&slots, 64, g->nslots * g->slot_bytes) != 0) return CHORUS_ERR_NO_MEMORY;
-  g->slots = slots;
+  g->slots = chorus__sched_scratch(&g->s, g->nslots * g->slot_bytes);
+  if (!g->slots) return CHORUS_ERR_NO_MEMORY;
   return CHORUS_OK;
 }
 
 static void ring_free(ring_t* g) {
   if (!g) return;
-  free(g->slots);
+  chorus__sched_scratch_free(&g->s, g->slots);
   free(g->recv_xfers);
   free(g);
 }

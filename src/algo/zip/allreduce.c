@@ -221,15 +221,7 @@ static size_t areas(const chorus_sched_t* s, size_t* mine_bytes, size_t* stride)
   return 2 * *mine_bytes + (size_t)n * *stride;
 }
 
-size_t chorus__zip_area_bytes(const chorus_sched_t* s) {
-  size_t mine_bytes, stride;
-  if (s->group.size < 1 || s->group.me < 0 || s->codec.kind <= CHORUS_CODEC_NONE || s->codec.kind >= CHORUS_CODEC_COUNT)
-    return 0; /* chorus__zip_start refuses it */
-  return areas(s, &mine_bytes, &stride);
-}
-
-/* One allocation: the block table, the transfers and (unless s->area holds them) the three
- * encoded areas. */
+/* Two allocations: the block table and the transfers; the three encoded areas (scratch). */
 chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
   *out = NULL;
   int n = s->group.size, me = s->group.me;
@@ -239,8 +231,12 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
   int topk = s->codec.kind == CHORUS_CODEC_TOPK;
   size_t nb = (size_t)n, mine_bytes, stride, all = areas(s, &mine_bytes, &stride);
   size_t head = align64(sizeof(chorus_zip_t) + (3 * nb + 1) * sizeof(size_t));
-  chorus_zip_t* z = calloc(1, head + (s->area ? 0 : all));
+  chorus_zip_t* z = calloc(1, head);
   if (!z) return CHORUS_ERR_NO_MEMORY;
+  if (!(z->mine = chorus__sched_scratch(s, all))) {
+    free(z);
+    return CHORUS_ERR_NO_MEMORY;
+  }
   z->s = *s;
   z->n = n;
   z->me = me;
@@ -251,7 +247,6 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
     chorus__ring_segment(s->count, n, b, &z->first[b], &z->len[b]);
     z->enc_at[b + 1] = z->enc_at[b] + align64(chorus__codec_bytes(&s->codec, z->len[b]));
   }
-  z->mine = s->area ? s->area : (char*)z + head;
   z->slot = topk ? chorus__codec_bytes(&s->codec, s->count) : enc_bytes(z, me);
   z->stride = stride;
   z->theirs = z->mine + mine_bytes;
@@ -260,7 +255,11 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
   return CHORUS_OK;
 }
 
-void chorus__zip_free(chorus_zip_t* z) { free(z); }
+void chorus__zip_free(chorus_zip_t* z) {
+  if (!z) return;
+  chorus__sched_scratch_free(&z->s, z->mine);
+  free(z);
+}
 
 /* Encoding, decoding and summing touch the vector a few times at about memory speed. */
 double chorus__zip_cost_us(const chorus_codec_t* codec, double bytes, int n, const chorus_cost_ctx_t* cx,
@@ -286,10 +285,8 @@ static int zip_supported(const chorus_task_t* t) {
 static chorus_status_t zip_init(chorus_task_t* t) {
   chorus_sched_t s;
   chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
-  chorus_status_t st = chorus__sched_lend_area(t, &s, chorus__zip_area_bytes(&s));
   chorus_zip_t* z = NULL;
-  if (st == CHORUS_OK) st = chorus__zip_start(&s, &z);
-  if (!z) chorus__sched_take_back_area(t, &s);
+  chorus_status_t st = chorus__zip_start(&s, &z);
   t->state = z;
   return st;
 }
@@ -297,9 +294,7 @@ static chorus_status_t zip_init(chorus_task_t* t) {
 static chorus_status_t zip_progress(chorus_task_t* t) { return chorus__zip_step(t, t->state); }
 
 static void zip_fini(chorus_task_t* t) {
-  chorus_zip_t* z = t->state;
-  if (z) chorus__sched_take_back_area(t, &z->s);
-  chorus__zip_free(z);
+  chorus__zip_free(t->state);
   t->state = NULL;
 }
 

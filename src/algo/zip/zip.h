@@ -12,7 +12,6 @@ typedef struct chorus_zip chorus_zip_t;
 
 /* s->codec must be a codec (not NONE), s->dtype float32, s->op sum or avg. */
 chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out);
-size_t chorus__zip_area_bytes(const chorus_sched_t* s); /* s->area's size, when lent */
 chorus_status_t chorus__zip_step(chorus_task_t* t, chorus_zip_t* z); /* INPROGRESS, OK, < 0 */
 void chorus__zip_free(chorus_zip_t* z);                              /* NULL-safe */
 
