@@ -1,9 +1,10 @@
 /*
  * group_bench.c - chorus-group-bench: what grouping saves. Times N allreduces of B bytes each
- * (float32 sum, N distinct buffers, out of place) made one by one with blocking calls, and the
+ * (float32 sum, N distinct buffers, out of place) made one by one with blocking calls, the
  * same N blocking calls made inside chorus_group_start/chorus_group_end (fused into few
- * allreduces by the library), and, as the floor that fusion can approach, one allreduce of
- * N x B bytes on contiguous buffers; the three take turns, R times; every time is the maximum
+ * allreduces by the library), the same N as non-blocking calls all in flight before the first
+ * wait (as DDP posts its buckets), and, as the floor that fusion can approach, one allreduce
+ * of N x B bytes on contiguous buffers; the four take turns, R times; every time is the maximum
  * over ranks, after a barrier. Prints each repetition, the medians and the ratios, and checks
  * the results of a last grouped round bitwise against the exact sums. Any launcher:
  *   build/chorus-run -n 2 build/bench/chorus-group-bench -N 1000 -b 4096 -r 11
@@ -17,7 +18,8 @@
 
 #include "chorus.h"
 
-enum { MODE_ONE, MODE_GROUP, MODE_SINGLE, NMODES }; /* one by one, grouped, one allreduce of it all */
+/* one by one, grouped, one allreduce of it all, non-blocking calls in flight together */
+enum { MODE_ONE, MODE_GROUP, MODE_SINGLE, MODE_IN_FLIGHT, NMODES };
 
 typedef struct {
   int calls;      /* -N */
@@ -29,7 +31,8 @@ typedef struct {
 
 static int usage(const char* why) {
   fprintf(stderr, "chorus-group-bench: %s\nusage: chorus-group-bench [-N calls (1000)] [-b bytes per call (4096)] "
-          "[-r repetitions (11)] [-w warm-up rounds (2)] [-m all|one|group|single (all; one mode only, to profile it)]\n",
+          "[-r repetitions (11)] [-w warm-up rounds (2)] [-m all|one|group|single|inflight (all; one mode only, to "
+          "profile it)]\n",
           why);
   return 2;
 }
@@ -49,6 +52,7 @@ static int parse(int argc, char** argv, opts_t* o) {
         else if (strcmp(optarg, "one") == 0) o->only = MODE_ONE + 1;
         else if (strcmp(optarg, "group") == 0) o->only = MODE_GROUP + 1;
         else if (strcmp(optarg, "single") == 0) o->only = MODE_SINGLE + 1;
+        else if (strcmp(optarg, "inflight") == 0) o->only = MODE_IN_FLIGHT + 1;
         else return -1;
         break;
       default: return -1;
@@ -77,7 +81,24 @@ typedef struct {
   float** send;
   float** recv;
   float *all_send, *all_recv; /* N x B bytes each, for MODE_SINGLE */
+  chorus_req_t** reqs;        /* N, for MODE_IN_FLIGHT */
 } bench_t;
+
+/* N non-blocking allreduces posted, then waited for in order. */
+static chorus_status_t in_flight(bench_t* b) {
+  chorus_status_t st = CHORUS_OK;
+  int posted = 0;
+  for (; posted < b->o.calls && st == CHORUS_OK; posted++)
+    st = chorus_iallreduce(b->send[posted], b->recv[posted], b->count, CHORUS_FLOAT32, CHORUS_SUM, b->comm,
+                           &b->reqs[posted]);
+  if (st != CHORUS_OK) posted--; /* the failed post made no request */
+  for (int k = 0; k < posted; k++) {
+    chorus_status_t done = chorus_wait(b->reqs[k]);
+    if (st == CHORUS_OK) st = done;
+    chorus_req_free(b->reqs[k]);
+  }
+  return st;
+}
 
 /* The slowest rank's time of one round of `mode`, in seconds; < 0 on a failed call; 0 for a
  * mode left out with -m. */
@@ -90,7 +111,8 @@ static double round_time(bench_t* b, int mode) {
   if (grouped) st = chorus_group_start();
   if (mode == MODE_SINGLE)
     st = chorus_allreduce(b->all_send, b->all_recv, b->count * (size_t)b->o.calls, CHORUS_FLOAT32, CHORUS_SUM, b->comm);
-  for (int k = 0; k < b->o.calls && st == CHORUS_OK && mode != MODE_SINGLE; k++)
+  if (mode == MODE_IN_FLIGHT) st = in_flight(b);
+  for (int k = 0; k < b->o.calls && st == CHORUS_OK && (mode == MODE_ONE || mode == MODE_GROUP); k++)
     st = chorus_allreduce(b->send[k], b->recv[k], b->count, CHORUS_FLOAT32, CHORUS_SUM, b->comm);
   if (grouped) {
     chorus_status_t end = chorus_group_end();
@@ -138,11 +160,12 @@ int main(int argc, char** argv) {
   b.count = b.o.bytes / sizeof(float);
   b.send = calloc((size_t)b.o.calls, sizeof(float*));
   b.recv = calloc((size_t)b.o.calls, sizeof(float*));
+  b.reqs = calloc((size_t)b.o.calls, sizeof(chorus_req_t*));
   double* t[NMODES];
   for (int m = 0; m < NMODES; m++) t[m] = calloc((size_t)b.o.reps, sizeof(double));
   b.all_send = calloc((size_t)b.o.calls, b.o.bytes);
   b.all_recv = calloc((size_t)b.o.calls, b.o.bytes);
-  if (!b.send || !b.recv || !t[0] || !t[1] || !t[2] || !b.all_send || !b.all_recv) return 1;
+  if (!b.send || !b.recv || !b.reqs || !t[0] || !t[1] || !t[2] || !t[3] || !b.all_send || !b.all_recv) return 1;
   for (int k = 0; k < b.o.calls; k++) {
     b.send[k] = malloc(b.o.bytes);
     b.recv[k] = malloc(b.o.bytes);
@@ -152,10 +175,11 @@ int main(int argc, char** argv) {
   if (b.rank == 0)
     printf("# chorus-group-bench: %d allreduces of %zu bytes (float32 sum) per round, %d ranks on %d host(s)\n"
            "# one by one: blocking calls in a loop; grouped: the same calls between chorus_group_start/end;\n"
-           "# single: one allreduce of all their bytes (contiguous), the floor grouping can approach\n"
+           "# single: one allreduce of all their bytes (contiguous), the floor grouping can approach;\n"
+           "# in flight: the calls non-blocking, all posted before the first wait\n"
            "# time: slowest rank, after a barrier; %d warm-up rounds of each, then %d in turn\n"
-           "#%5s %14s %14s %14s %8s\n", b.o.calls, b.o.bytes, b.nranks, hosts, b.o.warmup, b.o.reps, "rep",
-           "one-by-one ms", "grouped ms", "single ms", "ratio");
+           "#%5s %14s %14s %14s %14s %8s\n", b.o.calls, b.o.bytes, b.nranks, hosts, b.o.warmup, b.o.reps, "rep",
+           "one-by-one ms", "grouped ms", "single ms", "in flight ms", "ratio");
   int failed = 0;
   for (int w = 0; w < b.o.warmup && !failed; w++)
     for (int m = 0; m < NMODES && !failed; m++) failed = round_time(&b, m) < 0;
@@ -168,12 +192,13 @@ int main(int argc, char** argv) {
     }
     double one = t[MODE_ONE][r], grp = t[MODE_GROUP][r];
     if (!failed && b.rank == 0)
-      printf(" %5d %14.3f %14.3f %14.3f %8.2f\n", r, one * 1e3, grp * 1e3, t[MODE_SINGLE][r] * 1e3,
-             grp > 0 ? one / grp : 0.0);
+      printf(" %5d %14.3f %14.3f %14.3f %14.3f %8.2f\n", r, one * 1e3, grp * 1e3, t[MODE_SINGLE][r] * 1e3,
+             t[MODE_IN_FLIGHT][r] * 1e3, grp > 0 ? one / grp : 0.0);
   }
-  /* The check: one more round (grouped, unless -m one) into cleared buffers. */
+  /* The check: one more round (grouped, unless -m one or -m inflight) into cleared buffers. */
+  int checked = b.o.only == MODE_ONE + 1 || b.o.only == MODE_IN_FLIGHT + 1 ? b.o.only - 1 : MODE_GROUP;
   for (int k = 0; k < b.o.calls && !failed; k++) memset(b.recv[k], 0xff, b.o.bytes);
-  if (!failed) failed = round_time(&b, b.o.only == MODE_ONE + 1 ? MODE_ONE : MODE_GROUP) < 0;
+  if (!failed) failed = round_time(&b, checked) < 0;
   long wrong = failed ? 1 : count_wrong(&b);
   if (!failed && b.rank == 0) {
     for (int m = 0; m < NMODES; m++) qsort(t[m], (size_t)b.o.reps, sizeof(double), cmp_double);
@@ -183,6 +208,9 @@ int main(int argc, char** argv) {
     printf("# median: single allreduce of %zu bytes %.3f ms; one by one / single %.2f (the most grouping could "
            "give), grouped / single %.2f\n",
            b.o.bytes * (size_t)b.o.calls, ms * 1e3, ms > 0 ? m1 / ms : 0.0, ms > 0 ? mg / ms : 0.0);
+    double mf = t[MODE_IN_FLIGHT][b.o.reps / 2];
+    printf("# median: in flight %.3f ms (%.2f us per call); one by one / in flight %.2f\n", mf * 1e3,
+           mf * 1e6 / b.o.calls, mf > 0 ? m1 / mf : 0.0);
     printf("# wrong elements: %ld %s\n", wrong, wrong ? "FAILED" : "OK");
   }
   for (int k = 0; k < b.o.calls; k++) {
@@ -191,6 +219,7 @@ int main(int argc, char** argv) {
   }
   free(b.send);
   free(b.recv);
+  free(b.reqs);
   for (int m = 0; m < NMODES; m++) free(t[m]);
   free(b.all_send);
   free(b.all_recv);
