@@ -21,8 +21,9 @@
  * another core answers within microseconds, one that computes takes far longer. */
 #define CHORUS_SPIN_ONE_HOST_US 50
 
-/* Scratch blocks a communicator keeps for its next calls (scratch.c). */
+/* Scratch blocks a communicator keeps for its next calls, and their bytes together (scratch.c). */
 #define CHORUS_SCRATCH_KEPT 64
+#define CHORUS_SCRATCH_KEPT_BYTES ((size_t)512 << 20)
 
 struct chorus_req {
   chorus_task_t task; /* a request is its task; freed when both the user and the engine are done */

@@ -544,21 +544,38 @@ static chorus_status_t enqueue(chorus_comm_t* comm, chorus_task_t* t, uint64_t n
 }
 
 /* A non-blocking collective of at most this many bytes that finds the engine idle is driven by
- * its poster for up to the spin time (CHORUS_SPIN_US) before the background thread takes over,
+ * its poster for up to the spin time (CHORUS_SPIN_US, at most INLINE_MAX_US) before the
+ * background thread takes over,
  * as a blocking call would be: handing every call to that thread costs its wake-up, and the
  * waiting caller's, each time, several microseconds on shared cores (2 ranks, post then wait,
  * `chorus-perf allreduce -z 1`: 8 B 3.7 us against 0.59 blocking, 4 KiB 7.8 against 1.9,
  * 2026-12-06). Larger calls return at once: a pass of theirs may copy for long, and their
  * callers post them to overlap. Not point-to-point operations (an irecv posted before its
  * isend would hold the isend back for the whole spin), nor on oversubscribed hosts (the
- * spinning poster would take a core from the ranks it waits for). */
+ * spinning poster would take a core from the ranks it waits for), nor calls posted by
+ * chorus_group_end (the group is queued whole, under one hold of the lock) or variable-size
+ * ones. */
 #define INLINE_MAX_BYTES (256u * 1024u)
+#define INLINE_MAX_US 50u
 
-/* Before t is queued: whether its poster drives it first (the queue is empty). */
+/* The bytes of a call's largest buffer on this rank (send or receive, per rank blocks all
+ * counted). */
+static size_t call_bytes(const chorus_task_t* t) {
+  size_t bytes = t->args.count * t->dtype_size;
+  chorus_coll_t c = t->args.coll;
+  int blocks = c == CH_COLL_ALLGATHER || c == CH_COLL_REDUCE_SCATTER || c == CH_COLL_ALLTOALL ||
+               c == CH_COLL_GATHER || c == CH_COLL_SCATTER;
+  return blocks ? bytes * (size_t)t->nranks : bytes;
+}
+
+/* Before t is queued: whether its poster drives it first (the queue is empty). Only a request
+ * its user holds: the engine frees one it owns (a fused piece) when it ends, under the
+ * poster's feet. */
 static int drives_inline(const chorus_comm_t* comm, const chorus_task_t* t) {
-  return !t->blocking && !t->caller_drives && !chorus__coll_is_p2p(t->args.coll) && !comm->oversubscribed &&
-         !comm->progressing && !comm->bg_held && !comm->head && !comm->p2p_head &&
-         t->args.count * t->dtype_size <= INLINE_MAX_BYTES;
+  return !t->blocking && !t->caller_drives && !t->from_group && !((const chorus_req_t*)t)->user_released &&
+         !chorus__coll_is_p2p(t->args.coll) && !chorus__coll_is_v(t->args.coll) && !comm->oversubscribed &&
+         comm->spin_us > 0 && !comm->progressing && !comm->bg_held && !comm->head && !comm->p2p_head &&
+         call_bytes(t) <= INLINE_MAX_BYTES;
 }
 
 /* Progress passes toward target for at most max_ns, never sleeping. mu held, role taken. */
@@ -583,7 +600,8 @@ chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
   chorus_status_t st = enqueue(comm, t, now, !inline_first);
   if (st < 0 || !inline_first) return st;
   comm->progressing = 1;
-  drive_briefly(comm, t, now, (uint64_t)comm->spin_us * 1000ull);
+  unsigned us = (unsigned)comm->spin_us < INLINE_MAX_US ? (unsigned)comm->spin_us : INLINE_MAX_US;
+  drive_briefly(comm, t, now, (uint64_t)us * 1000ull);
   comm->progressing = 0;
   wake_waiters(comm);
   if (engine_busy(comm) && !comm->bg_held) wake_bg(comm); /* not done: the background thread goes on */

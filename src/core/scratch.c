@@ -12,8 +12,10 @@
  *     allreduces of 4 MiB in flight (1 MiB of slots each) re-faulted 4 MiB a round, 20-30 ms
  *     against 6 for the same calls made one after the other.
  * Several blocks, because non-blocking calls and the phases of a two-level call hold several
- * at once. Taken and given under comm->mu: init, progress and fini all run under it
- * (coll/api.c, core/progress.c).
+ * at once; at most CHORUS_SCRATCH_KEPT_BYTES of them together (beyond, the smaller go first),
+ * though one block is kept whatever its size. Taken and given under comm->mu: algorithms' init,
+ * progress and fini all run under it (coll/api.c, core/progress.c), and so do a fused group's
+ * post and end (coll/group.c).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +29,19 @@ typedef union {
   size_t capacity;
   char line[64];
 } scratch_head_t;
+
+/* Bytes of the blocks kept, and the index of the smallest (-1: none). */
+static size_t kept_bytes(const chorus_comm_t* comm, int* smallest) {
+  size_t total = 0;
+  *smallest = -1;
+  for (int i = 0; comm && i < CHORUS_SCRATCH_KEPT; i++) {
+    scratch_head_t* k = comm->scratch[i];
+    if (!k) continue;
+    total += k->capacity;
+    if (*smallest < 0 || k->capacity < ((scratch_head_t*)comm->scratch[*smallest])->capacity) *smallest = i;
+  }
+  return total;
+}
 
 void* chorus__scratch_take(chorus_comm_t* comm, size_t bytes) {
   int best = -1, largest_short = -1;
@@ -45,14 +60,14 @@ void* chorus__scratch_take(chorus_comm_t* comm, size_t bytes) {
     return h + 1;
   }
   if (bytes > SIZE_MAX - sizeof(scratch_head_t)) return NULL;
+  void* mem = NULL;
+  if (posix_memalign(&mem, sizeof(scratch_head_t), sizeof(scratch_head_t) + bytes) != 0) return NULL;
   /* Calls grew past what is kept: the largest block too short for them is the likeliest never
    * to serve again (a sweep of growing sizes would otherwise keep one of each). */
   if (largest_short >= 0) {
     free(comm->scratch[largest_short]);
     comm->scratch[largest_short] = NULL;
   }
-  void* mem = NULL;
-  if (posix_memalign(&mem, sizeof(scratch_head_t), sizeof(scratch_head_t) + bytes) != 0) return NULL;
   scratch_head_t* h = mem;
   h->capacity = bytes;
   return h + 1;
@@ -61,22 +76,33 @@ void* chorus__scratch_take(chorus_comm_t* comm, size_t bytes) {
 void chorus__scratch_give(chorus_comm_t* comm, void* block) {
   if (!block) return;
   scratch_head_t* h = (scratch_head_t*)block - 1;
-  int slot = -1, smallest = -1;
-  for (int i = 0; comm && i < CHORUS_SCRATCH_KEPT; i++) {
-    scratch_head_t* k = comm->scratch[i];
-    if (!k) {
-      if (slot < 0) slot = i;
-    } else if (smallest < 0 || k->capacity < ((scratch_head_t*)comm->scratch[smallest])->capacity) {
-      smallest = i;
-    }
-  }
-  if (slot < 0 && smallest >= 0 && ((scratch_head_t*)comm->scratch[smallest])->capacity < h->capacity) {
-    free(comm->scratch[smallest]);
-    slot = smallest;
-  }
-  if (slot < 0) {
+  if (!comm) {
     free(h);
     return;
+  }
+  /* Over the byte bound, the smaller blocks go first; alone, a block is kept whatever its size
+   * (the calls of a training step repeat). */
+  int smallest;
+  for (;;) {
+    size_t total = kept_bytes(comm, &smallest);
+    if (smallest < 0 || total + h->capacity <= CHORUS_SCRATCH_KEPT_BYTES) break;
+    if (((scratch_head_t*)comm->scratch[smallest])->capacity > h->capacity) {
+      free(h); /* every kept block is larger */
+      return;
+    }
+    free(comm->scratch[smallest]);
+    comm->scratch[smallest] = NULL;
+  }
+  int slot = -1;
+  for (int i = 0; i < CHORUS_SCRATCH_KEPT && slot < 0; i++)
+    if (!comm->scratch[i]) slot = i;
+  if (slot < 0) { /* all places taken: it replaces the smallest, if larger */
+    if (((scratch_head_t*)comm->scratch[smallest])->capacity >= h->capacity) {
+      free(h);
+      return;
+    }
+    free(comm->scratch[smallest]);
+    slot = smallest;
   }
   comm->scratch[slot] = h;
 }

@@ -128,3 +128,32 @@ TEST(zero_bytes_null_and_no_communicator) {
   chorus__scratch_give(NULL, own);
   fake_close(&f);
 }
+
+/* Kept blocks stay under CHORUS_SCRATCH_KEPT_BYTES together (the smaller go first), but a block
+ * alone is kept whatever its size. Blocks this large are not written (their pages are never
+ * touched). */
+TEST(kept_bytes_are_bounded) {
+  fake_t f;
+  fake_open(&f);
+  size_t part = CHORUS_SCRATCH_KEPT_BYTES * 2 / 5; /* two fit under the bound, three do not */
+  char* a = chorus__task_scratch(&f.task, part);
+  char* b = chorus__task_scratch(&f.task, part);
+  char* c = chorus__task_scratch(&f.task, part + 4096);
+  ASSERT_TRUE(a && b && c);
+  chorus__task_scratch_free(&f.task, a);
+  chorus__task_scratch_free(&f.task, b);
+  chorus__task_scratch_free(&f.task, c); /* over the bound: a smaller kept block goes */
+  ASSERT_EQ(kept_blocks(f.comm), 2);
+  char* small = chorus__task_scratch(&f.task, 100); /* the smallest that fits: a or b, not c */
+  ASSERT_TRUE(small == a || small == b);
+  char* big = chorus__task_scratch(&f.task, CHORUS_SCRATCH_KEPT_BYTES + 1); /* fits none: c goes */
+  ASSERT_TRUE(big != NULL);
+  ASSERT_EQ(kept_blocks(f.comm), 0);
+  chorus__task_scratch_free(&f.task, big); /* alone, kept whatever its size */
+  ASSERT_EQ(kept_blocks(f.comm), 1);
+  chorus__task_scratch_free(&f.task, small); /* with big over the bound, and smaller: freed */
+  ASSERT_EQ(kept_blocks(f.comm), 1);
+  ASSERT_TRUE(chorus__task_scratch(&f.task, 100) == big);
+  chorus__task_scratch_free(&f.task, big);
+  fake_close(&f);
+}

@@ -85,7 +85,8 @@ static chorus_status_t hbar_init(chorus_task_t* t) {
                             .dtype = CHORUS_INT8,
                             .elem_bytes = 1,
                             .op = CHORUS_MAX,
-                            .chunk_bytes = t->chunk_bytes};
+                            .chunk_bytes = t->chunk_bytes,
+                            .pool = t->comm};
   if (!chorus__hier_leaders_ok(t)) {
     CH_INFO(ALGO, t->rank, "barrier hier: one host, or one rank per host: flat ring instead");
     chorus_status_t st = chorus__hier_run_ring(&b->one, CHORUS_RING_ALLREDUCE, &b->p.flat);

@@ -10,8 +10,8 @@
  * Bytes per rank per chunk: (n-1) S/n read and written (copy-in), S read + S/n written
  * (reduce), S read + S written (copy-out); no rank ever waits for a message. Every slice is
  * combined by exactly one rank, so every rank ends with the same bits. Cost: 3 flag waits per
- * chunk + about 4 S / memory bandwidth. Two ranks, and vectors of at most 32 KiB, take one
- * phase instead: every rank combines all inputs itself (1 flag wait, n S read; see
+ * chunk + about 4 S / memory bandwidth. Two ranks (with a CPU each, or up to 16 MiB), and
+ * vectors of at most 32 KiB, take one phase instead: every rank combines all inputs itself (1 flag wait, n S read; see
  * progress_one_phase). Vectors of at most 256 bytes travel in the LL lines (ll.h).
  *
  * On registered memory (zero copy): rank r reduces slice r straight from every rank's send
@@ -41,15 +41,19 @@ static size_t chunk_bytes(const chorus_task_t* t) {
   return t->nranks == 2 && t->cpu_per_rank ? chorus__min_sz(slot, TWO_RANK_CHUNK_BYTES) : slot;
 }
 
-/* Two ranks take one phase at every size: where each reducing half the vector in three phases
- * would read as many remote bytes, it waits three times per chunk, and the two ranks, held in
- * step, measured slower (2 ranks, alternating, 2026-12-06, plain stores: 32 MiB 6.2-6.4 ms in one
- * phase against 7.1-9.5 in three, 64 MiB 12.1-13.5 against 17.5-20.2, where the flat ring took
- * 12.8-14.5). From three ranks on one phase would read (n - 1) S remote bytes against
- * 2 S (n - 1) / n. */
+/* Two ranks with a CPU each take one phase at every size: where each reducing half the vector
+ * in three phases would read as many remote bytes, it waits three times per chunk, and the two
+ * ranks, held in step, measured slower (2 ranks, alternating, 2026-12-06, plain stores: 32 MiB
+ * 6.2-6.4 ms in one phase against 7.1-9.5 in three, 64 MiB 12.1-13.5 against 17.5-20.2, where
+ * the flat ring took 12.8-14.5). Two ranks that share a CPU keep the bound measured before
+ * (TWO_RANK_SHARED_ONE_PHASE_MAX_BYTES): both reducing the whole vector there is twice the
+ * work on the one core. From three ranks on one phase would read (n - 1) S remote bytes
+ * against 2 S (n - 1) / n. */
+#define TWO_RANK_SHARED_ONE_PHASE_MAX_BYTES (16u * 1024u * 1024u)
+
 static int one_phase(const chorus_task_t* t, size_t nchunks) {
   size_t bytes = t->args.count * t->dtype_size;
-  if (t->nranks == 2) return 1;
+  if (t->nranks == 2) return t->cpu_per_rank || bytes <= TWO_RANK_SHARED_ONE_PHASE_MAX_BYTES;
   return nchunks == 1 && bytes <= SMALL_BYTES;
 }
 
@@ -88,7 +92,7 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
  * whole chunk from every rank's input, in rank order, straight into its receive buffer (ranks 0
  * and 1 read their own input from the send buffer: the same bits as their slot). The same operations
  * on the same bits everywhere, so the results stay identical, and one flag wait per chunk.
- * Taken for small vectors (any number of ranks) and on two ranks at every size, where it reads
+ * Taken for small vectors (any number of ranks) and on two ranks (one_phase), where it reads
  * as many remote bytes as the three phases (S per chunk) and waits once per chunk instead of
  * three times (one_phase). */
 /* dst = the combination of m elements of every input: in0, in1, then the slots of ranks 2.. at
@@ -203,7 +207,7 @@ static chorus_status_t progress(chorus_task_t* t) {
 
 const chorus_algo_t chorus__algo_shm_allreduce = {
     .name = "shm",
-    .desc = "same-host memory semantics: copy the slices the others reduce into a shared slot, reduce one slice per rank (its own from the send buffer), copy out (2 ranks, in chunks of 512 KiB when each has a CPU, or up to 32 KiB: every rank reduces all slots, one phase)",
+    .desc = "same-host memory semantics: copy the slices the others reduce into a shared slot, reduce one slice per rank (its own from the send buffer), copy out (2 ranks, in chunks of 512 KiB when each has a CPU, or up to 32 KiB: every rank reduces all slots, one phase; 2 ranks sharing a CPU above 16 MiB: three phases)",
     .coll = CH_COLL_ALLREDUCE,
     .supported = supported,
     .cost_us = cost_us,
