@@ -3,7 +3,6 @@
  * (which gets a task) and an engine (which runs over a group).
  */
 #include "algo/algo.h"
-#include "core/comm.h"
 
 void chorus__sched_of_task(const chorus_task_t* t, chorus_group_t group, chorus_sched_t* s) {
   const chorus_coll_args_t* a = &t->args;

@@ -250,5 +250,10 @@ static inline size_t chorus__touched_bytes(const void* in, size_t in_bytes, cons
  * NULL when out of memory. */
 void* chorus__task_scratch(chorus_task_t* t, size_t bytes);
 void chorus__task_scratch_free(chorus_task_t* t, void* block);
+/* The same from a communicator (mu held): a kept block of at least `bytes` (64-byte aligned),
+ * else a new one (NULL when out of memory); given back, it is kept for the next calls (or
+ * freed). comm NULL: plain allocation. */
+void* chorus__scratch_take(chorus_comm_t* comm, size_t bytes);
+void chorus__scratch_give(chorus_comm_t* comm, void* block);
 
 #endif /* CHORUS_TASK_H */

@@ -164,11 +164,6 @@ void chorus__engine_release(chorus_comm_t* comm, chorus_req_t* req);
  * freed one kept by the communicator, else a new one; NULL when out of memory. mu held. */
 chorus_req_t* chorus__engine_new_req(chorus_comm_t* comm);
 void chorus__engine_free_spare_reqs(chorus_comm_t* comm);
-/* Scratch memory (scratch.c), mu held: a kept block of at least `bytes` (64-byte aligned), else
- * a new one (NULL when out of memory); given back, it is kept for the next calls (or freed).
- * comm NULL: plain allocation. */
-void* chorus__scratch_take(chorus_comm_t* comm, size_t bytes);
-void chorus__scratch_give(chorus_comm_t* comm, void* block);
 void chorus__scratch_release(chorus_comm_t* comm); /* frees the kept scratch blocks */
 /* Releases n requests of comm that have completed, under one lock (chorus_group_end). */
 void chorus__engine_release_done(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n);
