@@ -488,8 +488,9 @@ CHORUS_API chorus_status_t chorus_group_end(void);
  * request completes. Collectives of a communicator complete in posting order; point-to-point
  * operations complete as their messages arrive. They progress in a background thread of the
  * communicator; a collective whose buffers are at most 256 KiB, posted outside a group to an
- * idle communicator on a host with a CPU per rank, is first driven by the posting thread for
- * up to CHORUS_SPIN_US (50 us at most), so a small one often completes in the call. ---- */
+ * idle communicator on a host with a CPU per rank, is first driven by the posting thread, as a
+ * blocking call is, until CHORUS_SPIN_US (50 us at most) pass without progress, so a small one
+ * often completes in the call. ---- */
 CHORUS_API chorus_status_t chorus_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
                                              chorus_dtype_t dtype, chorus_op_t op,
                                              chorus_comm_t* comm, chorus_req_t** req);

@@ -7,10 +7,8 @@
 
 #include "coll/coll.h"
 
-/* Bytes of the send and receive buffers this rank uses for the call (variable-size calls:
- * vargs.c checks their buffers). */
-static void buffer_bytes(const chorus_comm_t* comm, const chorus_coll_args_t* a, size_t esize,
-                         size_t* send_bytes, size_t* recv_bytes) {
+void chorus__args_buffer_bytes(const chorus_comm_t* comm, const chorus_coll_args_t* a, size_t esize,
+                               size_t* send_bytes, size_t* recv_bytes) {
   size_t n = (size_t)comm->nranks, c = a->count * esize, all = c * n;
   int root = comm->rank == a->root;
   switch (a->coll) {
@@ -81,7 +79,7 @@ chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t
     return CHORUS_ERR_INVALID_ARG;
   }
   size_t sb, rb;
-  buffer_bytes(comm, a, esize, &sb, &rb);
+  chorus__args_buffer_bytes(comm, a, esize, &sb, &rb);
   if ((sb && !a->sendbuf) || (rb && !a->recvbuf)) {
     chorus__comm_set_error(comm, "%s: %s buffer is NULL but the call moves %zu bytes through it",
                            name, (sb && !a->sendbuf) ? "send" : "receive", (sb && !a->sendbuf) ? sb : rb);

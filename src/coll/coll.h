@@ -8,6 +8,10 @@
 
 /* Validates a call's arguments on this rank; on error writes comm->last_error. */
 chorus_status_t chorus__args_check(chorus_comm_t* comm, const chorus_coll_args_t* a);
+/* Bytes of the send and receive buffers this rank uses for the call (variable-size calls: 0;
+ * vargs.c checks their buffers). */
+void chorus__args_buffer_bytes(const chorus_comm_t* comm, const chorus_coll_args_t* a, size_t esize,
+                               size_t* send_bytes, size_t* recv_bytes);
 /* A variable-size call's arrays (vargs.c): checks them on this rank (on error writes
  * comm->last_error), then copies them into *vec (the task's, to free when it ends), points a's
  * arrays there with displacements filled in, and sets a->count and a->vsig (task.h). */

@@ -169,7 +169,6 @@ static void fail_calls(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
 static void post_single(chorus_comm_t* comm, chorus_req_t* req, int drives) {
   __atomic_store_n(&req->deferred, 0, __ATOMIC_RELEASE);
   req->task.caller_drives = drives;
-  req->task.from_group = 1;
   chorus_status_t st = chorus__coll_post(comm, &req->task);
   if (st < 0) fail_calls(comm, &req, 1, st);
 }
@@ -226,7 +225,6 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   fused->task.on_start = fused_start;
   fused->task.on_done = fused_done;
   fused->task.caller_drives = drives;
-  fused->task.from_group = 1;
   fused->task.on_done_arg = f;
   fused->user_released = 1; /* the engine frees it when it ends */
   for (size_t i = 0; i < n; i++) chorus__engine_attach(comm, reqs[i]);

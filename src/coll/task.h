@@ -215,7 +215,6 @@ typedef struct chorus_task {
   int spins_long;            /* of at most cost->spin_bytes: its waits poll comm->spin_small_us */
   int caller_drives;         /* posted by chorus_group_end, whose caller drives it: the
                                 background thread is not woken for it */
-  int from_group;            /* posted by chorus_group_end (its poster never drives it alone) */
   int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */
   void* vec;                 /* the copies args' count and displacement arrays point into */
   uint64_t rec_index;        /* its entry in the flight recorder */

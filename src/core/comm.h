@@ -145,8 +145,9 @@ void chorus__peer_info_self(const chorus_comm_t* comm, chorus_peer_info_t* me);
 
 /* ---- engine (progress.c) ---- */
 /* Queues a task built by src/coll (comm->mu held); starts the background thread for
- * non-blocking tasks. */
-chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t);
+ * non-blocking tasks. drive_first: the caller may drive it a moment first, when the engine is
+ * idle (progress.c). */
+chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t, int drive_first);
 /* Drives progress until t completes; returns its status. */
 chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t);
 /* Post and wait in one step, for blocking calls (one clock reading). comm->mu is held on entry

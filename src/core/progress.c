@@ -388,10 +388,12 @@ typedef struct {
 } spin_t;
 
 /* Drives progress until target ends (or, with target NULL, the queue is empty). Called with mu
- * held and the driving role taken; mu is released while sleeping. */
-static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now) {
+ * held and the driving role taken; mu is released while sleeping. hand_over_ns > 0: instead of
+ * sleeping, returns once its spin (at most that long) ran out without progress. */
+static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now, uint64_t hand_over_ns) {
   spin_t spin = {0};
   uint64_t spin_ns = (uint64_t)(target && target->spins_long ? comm->spin_small_us : comm->spin_us) * 1000ull;
+  if (hand_over_ns && hand_over_ns < spin_ns) spin_ns = hand_over_ns;
   while (target_pending(comm, target)) {
     if (__atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE) && engine_busy(comm)) {
       chorus__comm_set_error(comm, "communicator aborted by chorus_comm_abort on rank %d", comm->rank);
@@ -420,6 +422,7 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
     }
     if (!spin.start) spin.start = now;
     if (now - spin.start >= spin_ns) {
+      if (hand_over_ns) return;
       /* Sleep. Arm the doorbell first and look once more: a peer that publishes after this
        * look rings a doorbell whose value was already read, so the sleep returns at once
        * instead of losing the wake-up. */
@@ -482,7 +485,7 @@ static void drive_or_wait(chorus_comm_t* comm, const chorus_task_t* target, uint
     return;
   }
   comm->progressing = 1;
-  drive(comm, target, now);
+  drive(comm, target, now, 0);
   comm->progressing = 0;
   wake_waiters(comm);
   if (engine_busy(comm) && !comm->bg_held) wake_bg(comm); /* work left that nobody waits for */
@@ -543,65 +546,25 @@ static chorus_status_t enqueue(chorus_comm_t* comm, chorus_task_t* t, uint64_t n
   return CHORUS_OK;
 }
 
-/* A non-blocking collective of at most this many bytes that finds the engine idle is driven by
- * its poster for up to the spin time (CHORUS_SPIN_US, at most INLINE_MAX_US) before the
- * background thread takes over,
- * as a blocking call would be: handing every call to that thread costs its wake-up, and the
- * waiting caller's, each time, several microseconds on shared cores (2 ranks, post then wait,
- * `chorus-perf allreduce -z 1`: 8 B 3.7 us against 0.59 blocking, 4 KiB 7.8 against 1.9,
- * 2026-12-06). Larger calls return at once: a pass of theirs may copy for long, and their
- * callers post them to overlap. Not point-to-point operations (an irecv posted before its
- * isend would hold the isend back for the whole spin), nor on oversubscribed hosts (the
- * spinning poster would take a core from the ranks it waits for), nor calls posted by
- * chorus_group_end (the group is queued whole, under one hold of the lock) or variable-size
- * ones. */
-#define INLINE_MAX_BYTES (256u * 1024u)
-#define INLINE_MAX_US 50u
+/* A call its poster drives first (chorus__engine_post) is handed to the background thread once
+ * this long passes without progress, whatever CHORUS_SPIN_US says: the poster returns soon. */
+#define DRIVE_FIRST_MAX_US 50u
 
-/* The bytes of a call's largest buffer on this rank (send or receive, per rank blocks all
- * counted). */
-static size_t call_bytes(const chorus_task_t* t) {
-  size_t bytes = t->args.count * t->dtype_size;
-  chorus_coll_t c = t->args.coll;
-  int blocks = c == CH_COLL_ALLGATHER || c == CH_COLL_REDUCE_SCATTER || c == CH_COLL_ALLTOALL ||
-               c == CH_COLL_GATHER || c == CH_COLL_SCATTER;
-  return blocks ? bytes * (size_t)t->nranks : bytes;
+/* Before t is queued: whether the engine lets its poster drive it first. Only when nothing else
+ * is queued or being driven, and where every rank has a CPU (a spinning poster would take the
+ * core from the ranks it waits for). */
+static int poster_may_drive(const chorus_comm_t* comm) {
+  return !comm->oversubscribed && comm->spin_us > 0 && !comm->progressing && !comm->bg_held && !comm->head &&
+         !comm->p2p_head;
 }
 
-/* Before t is queued: whether its poster drives it first (the queue is empty). Only a request
- * its user holds: the engine frees one it owns (a fused piece) when it ends, under the
- * poster's feet. */
-static int drives_inline(const chorus_comm_t* comm, const chorus_task_t* t) {
-  return !t->blocking && !t->caller_drives && !t->from_group && !((const chorus_req_t*)t)->user_released &&
-         !chorus__coll_is_p2p(t->args.coll) && !chorus__coll_is_v(t->args.coll) && !comm->oversubscribed &&
-         comm->spin_us > 0 && !comm->progressing && !comm->bg_held && !comm->head && !comm->p2p_head &&
-         call_bytes(t) <= INLINE_MAX_BYTES;
-}
-
-/* Progress passes toward target for at most max_ns, never sleeping. mu held, role taken. */
-static void drive_briefly(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now, uint64_t max_ns) {
-  uint64_t until = now + max_ns;
-  unsigned idle_polls = 0;
-  while (target_pending(comm, target) && now < until) {
-    if (progress_pass(comm, now)) {
-      now = chorus__now_ns();
-      continue;
-    }
-    if (++idle_polls % CLOCK_POLLS == 0) now = chorus__now_ns();
-    pthread_mutex_unlock(&comm->mu);
-    __builtin_ia32_pause();
-    pthread_mutex_lock(&comm->mu);
-  }
-}
-
-chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t) {
+chorus_status_t chorus__engine_post(chorus_comm_t* comm, chorus_task_t* t, int drive_first) {
   uint64_t now = chorus__now_ns();
-  int inline_first = drives_inline(comm, t);
-  chorus_status_t st = enqueue(comm, t, now, !inline_first);
-  if (st < 0 || !inline_first) return st;
+  drive_first = drive_first && poster_may_drive(comm);
+  chorus_status_t st = enqueue(comm, t, now, !drive_first);
+  if (st < 0 || !drive_first) return st;
   comm->progressing = 1;
-  unsigned us = (unsigned)comm->spin_us < INLINE_MAX_US ? (unsigned)comm->spin_us : INLINE_MAX_US;
-  drive_briefly(comm, t, now, (uint64_t)us * 1000ull);
+  drive(comm, t, now, (uint64_t)DRIVE_FIRST_MAX_US * 1000ull);
   comm->progressing = 0;
   wake_waiters(comm);
   if (engine_busy(comm) && !comm->bg_held) wake_bg(comm); /* not done: the background thread goes on */

@@ -120,9 +120,7 @@ chorus_status_t chorus__direct_allreduce_start(const chorus_sched_t* s, direct_t
   size_t nchunks = chorus__div_up(s->count, chunk_elems);
   size_t window = chorus__min_sz(CHORUS_DIRECT_WINDOW, nchunks ? nchunks : 1);
   size_t nx = window * 2 * (size_t)(n - 1);
-  size_t head = sizeof(direct_t) + nx * sizeof(chorus_algo_xfer_t);
-  head = (head + 63) & ~(size_t)63;
-  direct_t* e = calloc(1, head);
+  direct_t* e = calloc(1, sizeof(direct_t) + nx * sizeof(chorus_algo_xfer_t));
   if (!e) return CHORUS_ERR_NO_MEMORY;
   if (!(e->slots = chorus__sched_scratch(s, window * (size_t)n * slot_bytes))) {
     free(e);

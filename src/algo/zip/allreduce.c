@@ -230,8 +230,7 @@ chorus_status_t chorus__zip_start(const chorus_sched_t* s, chorus_zip_t** out) {
     return CHORUS_ERR_NOT_SUPPORTED;
   int topk = s->codec.kind == CHORUS_CODEC_TOPK;
   size_t nb = (size_t)n, mine_bytes, stride, all = areas(s, &mine_bytes, &stride);
-  size_t head = align64(sizeof(chorus_zip_t) + (3 * nb + 1) * sizeof(size_t));
-  chorus_zip_t* z = calloc(1, head);
+  chorus_zip_t* z = calloc(1, sizeof(chorus_zip_t) + (3 * nb + 1) * sizeof(size_t));
   if (!z) return CHORUS_ERR_NO_MEMORY;
   if (!(z->mine = chorus__sched_scratch(s, all))) {
     free(z);
