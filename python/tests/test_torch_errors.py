@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
 
 OP_TIMEOUT_SEC = 2
+SETUP_TIMEOUT_SEC = 60  # the store's and the connections' (CHORUS_CONNECT_TIMEOUT_SEC)
 SLACK_SEC = 25.0  # past the timeout, under oversubscribed test runs
 JOB_TIMEOUT_SEC = 120
 ABORT_AFTER_SEC = 0.3
@@ -167,8 +168,13 @@ def rank_main(args):
 
     torch.set_num_threads(1)
     fate = args.fate if args.fate != "none" else None
-    dist.init_process_group("chorus", init_method=f"file://{args.init_file}", rank=args.rank,
-                            world_size=2, timeout=datetime.timedelta(seconds=OP_TIMEOUT_SEC))
+    # The store gets its own, set-up timeout: with init_method torch gives it the operations'
+    # 2 s, and under the suite's load one rank's torch import can lag the other's by more, so
+    # rank 1 gave up waiting for rank 0's id before rank 0 had written it.
+    store = dist.FileStore(args.init_file, 2)
+    store.set_timeout(datetime.timedelta(seconds=SETUP_TIMEOUT_SEC))
+    dist.init_process_group("chorus", store=store, rank=args.rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=OP_TIMEOUT_SEC))
     if args.workload == "ddp":
         model, optimizer = make_ddp(torch)
         for _ in range(WARMUP_STEPS):
@@ -202,7 +208,7 @@ class Scenario:
         init_file = os.path.join(tmp, f"{name}.rendezvous")
         env = dict(os.environ)
         env.pop("CHORUS_TIMEOUT_SEC", None)  # torch's timeout bounds every operation
-        env["CHORUS_CONNECT_TIMEOUT_SEC"] = "60"  # but not set-up, on a loaded machine
+        env["CHORUS_CONNECT_TIMEOUT_SEC"] = str(SETUP_TIMEOUT_SEC)  # but not set-up, under load
         self.ranks = []
         for rank in (SURVIVOR, VICTIM):
             command = [sys.executable, os.path.abspath(__file__), "--rank-mode",

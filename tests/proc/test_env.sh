@@ -53,6 +53,31 @@ for n in 1 3 4; do check_env_run $n; done
 [ "$(sort -u "$TMP/secrets" | wc -l)" = 3 ] || fail "secrets repeat across runs"
 ok "a new secret per run"
 
+# The free ports stay held while the job runs: a plain bind of either (what an outgoing
+# connection or another program would need) is refused, and a SO_REUSEADDR listener, as rank 0's
+# store and PyTorch's TCPStore are, binds it.
+PORTS="$TMP/ports.py"
+cat >"$PORTS" <<'EOF'
+import errno, os, socket, sys
+for port in (int(os.environ["CHORUS_ADDR"].rsplit(":", 1)[1]), int(os.environ["MASTER_PORT"])):
+    plain = socket.socket()
+    try:
+        plain.bind(("0.0.0.0", port))
+        sys.exit(f"port {port}: a plain bind succeeded while the job runs")
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    listener.close()
+print("ports held")
+EOF
+timeout 20 "$RUN" -n 1 /usr/bin/python3 "$PORTS" | grep -qx "ports held" ||
+  fail "the store and master ports are not held for the job"
+ok "the store and master ports are held for the job, and rank 0 can listen on them"
+
 # Values that must win or be replaced: the user's CHORUS_ADDR/MASTER_PORT stay; a stale
 # CHORUS_RANK/RANK from an outer launcher is replaced; other variables are inherited; -x sets
 # (last one wins, '=' allowed in the value) and overrides inherited values.

@@ -597,7 +597,10 @@ int main(int argc, char** argv) {
     init_stream(&job.ranks[r].out, -1, STDOUT_FILENO);
     init_stream(&job.ranks[r].err, -1, STDERR_FILENO);
   }
-  if (make_rank_env(&job.opt, &env) != 0) return 1;
+  if (make_rank_env(&job.opt, &env) != 0) {
+    free_rank_env(&env);
+    return 1;
+  }
   if (setup_signals(&job) != 0) {
     say(PROG ": cannot set up signal handling: %s", strerror(errno));
     return 1;
@@ -607,7 +610,7 @@ int main(int argc, char** argv) {
   launch_all(&job, &env);
   run_loop(&job, &ps);
   free_poll_set(&ps);
-  free(env.envp);
+  free_rank_env(&env);
   free(job.ranks);
   free(job.scratch);
   free(job.cpus);

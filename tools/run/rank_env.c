@@ -59,14 +59,21 @@ static int env_entry_replaced(const options_t* o, const char* entry, const int* 
   return set_by_x(o, name);
 }
 
-/* A port on 127.0.0.1 that is free now, found by binding port 0. The socket stays open (the
- * caller closes it) so that a second call cannot return the same port. */
+/* A free port, bound by port 0 on the wildcard address with SO_REUSEADDR. The socket is held
+ * (not listening) until the job ends: the kernel then gives that port to no outgoing connection
+ * and to no other program's bind, while rank 0's listener, which also sets SO_REUSEADDR (the
+ * library's store and PyTorch's TCPStore both do), binds it beside the held socket. Closed at
+ * once, the port could become the source port of any connection on the machine before rank 0
+ * listens, seconds later; under the test suite's load PyTorch's TCPStore then failed with
+ * "address already in use". */
 static int find_free_port(int* sock_out) {
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int one = 1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
   socklen_t len = sizeof a;
-  if (bind(s, (struct sockaddr*)&a, sizeof a) != 0 ||
+  if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      bind(s, (struct sockaddr*)&a, sizeof a) != 0 ||
       getsockname(s, (struct sockaddr*)&a, &len) != 0) {
     close(s);
     return -1;
@@ -109,12 +116,10 @@ static int make_default_vars(const options_t* o, rank_env_t* env, int* defaults_
   }
   snprintf(env->default_vars[1], VAR_BYTES, "CHORUS_SECRET=%s", defaults_set[1] ? hex : "");
   if (o->master_addr) return 0;
-  int socks[2] = {-1, -1};
+  int* socks = env->held_port_socks;
   int store_port = defaults_set[0] ? find_free_port(&socks[0]) : 0;
   int master_port = defaults_set[3] ? find_free_port(&socks[1]) : 0;
   int port_errno = errno;
-  for (int i = 0; i < 2; i++)
-    if (socks[i] >= 0) close(socks[i]);
   if (store_port < 0 || master_port < 0) {
     say(PROG ": cannot find a free port on 127.0.0.1: %s", strerror(port_errno));
     return -1;
@@ -128,6 +133,7 @@ static int make_default_vars(const options_t* o, rank_env_t* env, int* defaults_
 /* Builds inherited environment (minus replaced names) + chorus-run's variables + -x ones. */
 int make_rank_env(const options_t* o, rank_env_t* env) {
   int defaults_set[NDEFAULT_VARS];
+  for (size_t i = 0; i < NHELD_PORTS; i++) env->held_port_socks[i] = -1;
   if (make_default_vars(o, env, defaults_set) != 0) return -1;
   size_t ninherited = 0;
   while (environ[ninherited]) ninherited++;
@@ -162,4 +168,13 @@ void set_rank_vars(rank_env_t* env, const options_t* o, int local) {
                                   o->node_rank, o->nnodes, o->node_rank};
   for (size_t i = 0; i < NRANK_VARS; i++)
     snprintf(env->rank_vars[i], VAR_BYTES, "%s=%d", kRankVars[i], values[i]);
+}
+
+void free_rank_env(rank_env_t* env) {
+  free(env->envp);
+  env->envp = NULL;
+  for (size_t i = 0; i < NHELD_PORTS; i++) {
+    if (env->held_port_socks[i] >= 0) close(env->held_port_socks[i]);
+    env->held_port_socks[i] = -1;
+  }
 }

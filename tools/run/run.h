@@ -58,15 +58,19 @@ int global_rank(const options_t* o, int local);
 extern const char* const kRankVars[NRANK_VARS];
 extern const char* const kDefaultVars[NDEFAULT_VARS];
 
+#define NHELD_PORTS 2 /* the store's and PyTorch's */
 typedef struct {
   char** envp;                           /* NULL-terminated, handed to execvpe */
   char rank_vars[NRANK_VARS][VAR_BYTES]; /* rewritten before each fork */
   char default_vars[NDEFAULT_VARS][VAR_BYTES];
+  int held_port_socks[NHELD_PORTS];      /* the chosen free ports, held until the job ends */
 } rank_env_t;
 
 /* Builds the environment every rank inherits (chorus-run's own, minus the names above, plus
  * the job-wide defaults and -x); 0 on success, -1 after saying why. */
 int make_rank_env(const options_t* o, rank_env_t* env);
+/* Frees the environment and releases the held ports. */
+void free_rank_env(rank_env_t* env);
 /* Rewrites the per-rank variables for local rank `local` of this node. */
 void set_rank_vars(rank_env_t* env, const options_t* o, int local);
 /* Prints one line to stderr (the launcher's messages). */

@@ -715,8 +715,9 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
 def _comm_from_store(store, rank, size, timeout):
     """Bootstraps a Communicator through the c10d store: rank 0 publishes the unique id.
-    torch's timeout bounds set-up and every operation unless CHORUS_TIMEOUT_SEC /
-    CHORUS_CONNECT_TIMEOUT_SEC say otherwise."""
+    torch's timeout bounds the connections and every operation unless CHORUS_TIMEOUT_SEC /
+    CHORUS_CONNECT_TIMEOUT_SEC say otherwise; the wait for rank 0's id is the store's own
+    (torch gives the store its timeout when init_method makes it)."""
     timeout_sec = _whole_seconds(timeout)
     config = {
         "timeout_sec": 0 if _env_sec("CHORUS_TIMEOUT_SEC") else timeout_sec,
