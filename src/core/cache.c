@@ -24,9 +24,23 @@
 
 #include "core/sysfile.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #define SYS_CACHE "/sys/devices/system/cpu/cpu0/cache/index"
 #define UNKNOWN_LLC_STREAM_FROM (16u << 20) /* an 8 MiB allreduce: the fixed threshold before this rule */
 #define MIN_STREAM_FROM (256u << 10)        /* smaller calls take the one-phase and LL paths */
+
+int chorus__cpu_prefetchw;
+
+/* CPUID 0x80000001, ECX bit 8: PRFCHW. */
+__attribute__((constructor)) static void find_prefetchw(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax, ebx, ecx, edx;
+  chorus__cpu_prefetchw = __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 8));
+#endif
+}
 
 /* The first line of SYS_CACHE<index>/<name> into buf; 0 when missing. */
 static int read_attr(int index, const char* name, char* buf, size_t len) {
