@@ -120,7 +120,8 @@ static void run_both(const plan_t* base, int nranks, const char* slot_bytes) {
 TEST_EX(two_ranks, 300, "full") { run_both(&kLong, 2, NULL); }
 TEST_EX(two_ranks_small_slots, 300, "full") { run_both(&kLong, 2, "65536"); }
 TEST_EX(three_ranks, 300, "full") { run_both(&kLong, 3, NULL); }
-/* Staged through the slots: single-copy reads would take the broadcasts of 16-512 KiB. */
+/* Staged through the slots: single-copy reads would take the broadcasts of more than a slot
+ * (64 KiB here) up to 512 KiB. */
 static void run_short(int nranks) {
   setenv("CHORUS_SHM_SINGLE_COPY", "0", 1);
   run_both(&kShort, nranks, "65536");

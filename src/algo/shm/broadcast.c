@@ -5,8 +5,8 @@
  * DONE = id since it reads nothing); every other rank copies it out of the root's slot
  * (DONE = id). Bytes: S written at the root, S read and written per other rank, all in
  * parallel. Cost: 1 flag wait per chunk + about 2 S / memory bandwidth.
- * Two ranks are a pipeline when the call takes several chunks (shm.h: the other rank copies
- * chunk k out while the root copies chunks k + 1 .. into the places of its slots), and the root
+ * Two ranks are a pipeline above STAGED_MAX_BYTES (shm.h: the other rank copies chunk k out
+ * while the root copies chunks k + 1 .. into the places of its slots); below, one chunk. The root
  * copies into its own receive buffer only after its last chunk is out, so that the other rank
  * never waits for it.
  *
@@ -26,24 +26,37 @@
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
- * reads), at the sizes where that beats the pipeline (more than 16 KiB, up to 512 KiB). There
- * the root waits for every copy, since they read its buffer.
+ * reads), where that beats the pipeline (up to 512 KiB, when the slots are smaller than the
+ * call). There the root waits for every copy, since they read its buffer.
  */
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* The other ranks read the root's buffer with process_vm_readv instead of a staged pipeline,
- * from the sizes that a two-rank pipeline cuts into several chunks (whose root waits for the
- * last copy) to 512 KiB. 2 ranks, alternating (docs/compare.md), 2026-12-05: 8-512 KiB 1.3-1.7x
- * faster than the pipeline, 1 MiB 0.75x, 4 KiB level. Up to one chunk (16 KiB) the staged root
- * returns once the others have entered (see the top of the file): on 2026-12-06 8 KiB took
- * 1.0-1.3 us staged against 4.8-6.4 read straight (1.5-1.7 then), 16 KiB 1.4-1.7 against
- * 6.6-12.7. */
+/* Up to STAGED_MAX_BYTES (and one slot) a call is staged whole, in one chunk, and the root
+ * returns once the others have entered (see the top of the file): back to back, the root stages
+ * call i + 1 while the others copy call i out. 2 ranks, 2026-12-06, against the two-rank
+ * pipeline or single-copy reads that took these sizes before: back to back, 32 KiB 4.6-5.0 ->
+ * 1.7-1.9 us, 64 KiB 6.4-6.6 -> 2.7-2.8, 128 KiB 8.9-9.0 -> 4.7-5.0, 256 KiB 12.6-13.2 ->
+ * 8.2-8.9, 512 KiB 22-26 -> 16 (staging 1 MiB whole took 116-121 us against the pipeline's 39-41);
+ * each call alone (-B 1), 32-64 KiB 6.0-8.0 -> 3.3-5.8 us, 128-512 KiB level within the noise. */
+#define STAGED_MAX_BYTES (512u * 1024u)
+
+/* Above that, the other ranks read the root's buffer with process_vm_readv instead of a staged
+ * pipeline up to 512 KiB: there only when the slots are set smaller than the call (2 ranks,
+ * alternating (docs/compare.md), 2026-12-05: 8-512 KiB 1.3-1.7x faster than the pipeline, 1
+ * MiB 0.75x). */
 #define SINGLE_COPY_MAX_BYTES (512u * 1024u)
 
+static int staged_whole(const chorus_task_t* t, size_t bytes) {
+  return bytes <= STAGED_MAX_BYTES && bytes <= chorus__conn_shm_slot_bytes(t);
+}
+
+/* Two ranks past the staged sizes: the root writes chunk k + 1 while the other copies chunk k. */
+static int pipelined(const chorus_task_t* t, size_t bytes) { return t->nranks == 2 && !staged_whole(t, bytes); }
+
 static int single_copy_pays(const chorus_task_t* t, size_t bytes) {
-  return bytes > CHORUS_SHM_PIPE_MIN_BYTES && bytes <= SINGLE_COPY_MAX_BYTES && chorus__conn_cma_avail(t);
+  return !staged_whole(t, bytes) && bytes <= SINGLE_COPY_MAX_BYTES && chorus__conn_cma_avail(t);
 }
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
@@ -51,7 +64,7 @@ static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t);
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t bytes = t->args.count * t->dtype_size;
   if (single_copy_pays(t, bytes)) return chorus__shm_cost_us(cx, 2, 1, (double)bytes);
-  return chorus__shm_cost_us(cx, 1, chorus__shm_nchunks(t, bytes, t->nranks == 2), 2.0 * (double)bytes);
+  return chorus__shm_cost_us(cx, 1, chorus__shm_nchunks(t, bytes, pipelined(t, bytes)), 2.0 * (double)bytes);
 }
 
 static chorus_status_t init(chorus_task_t* t) {
@@ -65,7 +78,7 @@ static chorus_status_t init(chorus_task_t* t) {
     chorus__conn_cma_use(t, root ? t->args.sendbuf : NULL, t->args.recvbuf);
     return chorus__shm_op_init(t, 1, 1, touched, 0);
   }
-  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched, bytes);
+  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, pipelined(t, bytes)), touched, bytes);
 }
 
 static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -179,8 +192,8 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_broadcast = {
     .name = "shm",
     .desc = "same-host memory semantics: the root stages each chunk once, every rank copies it out in parallel "
-            "(up to 64 bytes in the root's LL lines; 16-512 KiB with a CPU per rank: every rank reads the root's "
-            "buffer straight, process_vm_readv)",
+            "(up to 64 bytes in the root's LL lines; up to 512 KiB staged whole, the root returning once the others "
+            "entered; two ranks above: a pipeline of chunks)",
     .coll = CH_COLL_BROADCAST,
     .supported = supported,
     .cost_us = cost_us,
