@@ -42,11 +42,12 @@ enum { CHORUS_BELL_AWAKE = 0, CHORUS_BELL_FUTEX = 1, CHORUS_BELL_EPOLL = 2 };
  * of data and, in its last word, the operation's id, stored after the data with release
  * semantics; a reader that sees every line's id has the data in the same lines, with no
  * separate flag to wait for (and on x86 each line arrives in one miss). Line 0 starts with a
- * hash of the call's signature. Up to CHORUS_SHM_LL_MAX_BYTES per rank (measured:
- * docs/compare.md, run 11). */
-#define CHORUS_SHM_LL_MAX_BYTES 256
+ * hash of the call's signature. Up to CHORUS_SHM_LL_MAX_BYTES per rank; each collective
+ * takes them up to its own measured bound (algo/shm: allreduce and reduce_scatter 512 B,
+ * allgather and alltoall all 1 KiB, broadcast 64 B). */
+#define CHORUS_SHM_LL_MAX_BYTES 1024
 #define CHORUS_SHM_LL_LINE_DATA 56
-#define CHORUS_SHM_LL_LINES 5
+#define CHORUS_SHM_LL_LINES 19
 #define CHORUS_SHM_LL_WORDS (8 * CHORUS_SHM_LL_LINES)
 _Static_assert(8 + CHORUS_SHM_LL_MAX_BYTES <= CHORUS_SHM_LL_LINES * CHORUS_SHM_LL_LINE_DATA, "LL buffer too small");
 

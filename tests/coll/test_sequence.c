@@ -131,17 +131,27 @@ static void run_short(int nranks) {
 TEST_EX(short_two_ranks, 120, "quick") { run_short(2); }
 TEST_EX(short_three_ranks, 120, "quick") { run_short(3); }
 
-/* Every payload size from 0 to past the LL limit (transport/shm.h: 56 data bytes per line, the
- * first line starting with the signature word), in bytes per rank, for each collective that
- * moves small payloads through LL lines: bitwise, with int8 and avg (a division after the
- * sum), float16 and max, uint8 and prod, as calls of changing sizes follow one another. */
+/* Payload sizes from 0 to past the LL limits (transport/shm.h: 56 data bytes per line, the
+ * first line starting with the signature word; up to 1 KiB, each collective to its own bound),
+ * in bytes per rank, for each collective that moves small payloads through LL lines: bitwise,
+ * with int8 and avg (a division after the sum), float16 and max, uint8 and prod, as calls of
+ * changing sizes follow one another. Every size up to 300 bytes, then every seventh and those
+ * around the bounds (512 B, 1 KiB). */
+static size_t next_ll_size(size_t bytes) {
+  static const size_t kBounds[] = {510, 511, 512, 513, 514, 1022, 1023, 1024, 1025, 1026};
+  size_t next = bytes < 300 ? bytes + 1 : bytes + 7;
+  for (size_t i = 0; i < sizeof(kBounds) / sizeof(kBounds[0]); i++)
+    if (kBounds[i] > bytes && kBounds[i] < next) return kBounds[i];
+  return next;
+}
+
 static int ll_sizes_rank(chorus_comm_t* comm, int rank, void* arg) {
   int nranks = *(const int*)arg;
   static const chorus_coll_t kColls[] = {CH_COLL_ALLREDUCE, CH_COLL_ALLGATHER, CH_COLL_REDUCE_SCATTER,
                                          CH_COLL_ALLTOALL, CH_COLL_BROADCAST};
   static const chorus_dtype_t kTypes[] = {CHORUS_INT8, CHORUS_FLOAT16, CHORUS_UINT8};
   static const chorus_op_t kOps[] = {CHORUS_AVG, CHORUS_MAX, CHORUS_PROD};
-  for (size_t bytes = 0; bytes <= 300; bytes++)
+  for (size_t bytes = 0; bytes <= 1100; bytes = next_ll_size(bytes))
     for (int c = 0; c < 5; c++) {
       int blocked = kColls[c] == CH_COLL_REDUCE_SCATTER || kColls[c] == CH_COLL_ALLTOALL;
       int ti = (int)(bytes % 3);

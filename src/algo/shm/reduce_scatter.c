@@ -70,7 +70,11 @@ static const char* block_input(const chorus_task_t* t, const chorus_shm_op_t* s,
   return q == t->rank && unstaged ? own : chorus__shm_op_slot(t, s, q, which) + off;
 }
 
-/* All blocks together at most CHORUS_SHM_LL_MAX_BYTES: through the LL buffers (ll.h); every
+/* Of the LL buffers' 1 KiB, all blocks together up to 512 B: 2 ranks, alternating 5 rounds
+ * (2026-12-06), 512 B 0.87x the slot's time, 1 KiB 1.19x. */
+#define REDUCE_SCATTER_LL_MAX_BYTES 512u
+
+/* All blocks together at most REDUCE_SCATTER_LL_MAX_BYTES: through the LL buffers (ll.h); every
  * rank combines its block from every rank's LL lines, in rank order. */
 static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, block = m * t->dtype_size, all = block * (size_t)t->nranks, mine = (size_t)t->rank * block;
@@ -84,7 +88,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
-  if (s->nchunks == 1 && t->args.count * t->dtype_size * (size_t)t->nranks <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
+  if (s->nchunks == 1 && t->args.count * t->dtype_size * (size_t)t->nranks <= REDUCE_SCATTER_LL_MAX_BYTES && t->nranks >= 2)
     return progress_ll(t, s);
   size_t es = t->dtype_size, block = t->args.count;
   int unstaged = own_block_unstaged(t);
