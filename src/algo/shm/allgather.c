@@ -77,12 +77,12 @@ static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
  * their time. */
 static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t block = t->args.count * t->dtype_size;
-  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, block);
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, block, 0, block);
   if (st != CHORUS_OK) return st;
   unsigned char* out = t->args.recvbuf;
   for (int q = 0; q < t->nranks; q++) {
     unsigned char* dst = out + (size_t)q * block;
-    if (q != t->rank) chorus__ll_read(t, q, chorus__shm_id(s), block, dst);
+    if (q != t->rank) chorus__ll_read(t, q, chorus__shm_id(s), 0, block, dst);
     else if (dst != (const unsigned char*)t->args.sendbuf) memcpy(dst, t->args.sendbuf, block); /* else in place */
   }
   chorus__ll_done(t, s, block);

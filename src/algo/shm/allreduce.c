@@ -148,9 +148,9 @@ static chorus_status_t progress_one_phase(chorus_task_t* t, chorus_shm_op_t* s) 
 /* Every rank combines all inputs in rank order, as progress_one_phase does. */
 static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, bytes = m * t->dtype_size;
-  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, bytes);
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, bytes, 0, bytes);
   if (st != CHORUS_OK) return st;
-  chorus__ll_combine(t, s, bytes, 0, t->args.recvbuf, m);
+  chorus__ll_combine(t, s, 0, t->args.recvbuf, m);
   chorus__ll_done(t, s, bytes);
   return CHORUS_OK;
 }

@@ -132,16 +132,15 @@ static void set_aside(chorus_task_t* t, alltoall_state_t* a) {
  * 0.75-0.89x their time. */
 static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t block = t->args.count * t->dtype_size, all = block * (size_t)t->nranks;
-  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all);
+  size_t mine = (size_t)t->rank * block;
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all, mine, block);
   if (st != CHORUS_OK) return st;
   unsigned char* out = t->args.recvbuf;
   const unsigned char* in = t->args.sendbuf;
-  _Alignas(64) unsigned char theirs[CHORUS_SHM_LL_MAX_BYTES];
   for (int q = 0; q < t->nranks; q++) {
     unsigned char* dst = out + (size_t)q * block;
     if (q != t->rank) {
-      chorus__ll_read(t, q, chorus__shm_id(s), all, theirs);
-      memcpy(dst, theirs + (size_t)t->rank * block, block);
+      chorus__ll_read(t, q, chorus__shm_id(s), mine, block, dst);
     } else if (dst != in + (size_t)q * block) { /* else in place */
       memcpy(dst, in + (size_t)q * block, block);
     }

@@ -140,8 +140,8 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
     return st;
   }
   announce_entry(t, s);
-  CHORUS_SHM_WAIT(chorus__ll_arrived(t, t->args.root, id, bytes, &st), st);
-  chorus__ll_read(t, t->args.root, id, bytes, t->args.recvbuf);
+  CHORUS_SHM_WAIT(chorus__ll_arrived(t, t->args.root, id, 0, bytes, &st), st);
+  chorus__ll_read(t, t->args.root, id, 0, bytes, t->args.recvbuf);
   chorus__conn_shm_publish(t, SHM_DONE, id);
   s->k = s->nchunks;
   return CHORUS_OK;

@@ -62,20 +62,24 @@ static inline void chorus__ll_write(chorus_task_t* t, uint64_t id, const void* p
   chorus__conn_shm_signal(t);
 }
 
-/* Whether every line of the payload carries id: all lines loaded at once, so that their
- * misses overlap. */
-static inline int chorus__ll_lines_hold(uint64_t* words, size_t lines, uint64_t id) {
-  int all = 1;
-  for (size_t l = 0; l < lines; l++) all &= __atomic_load_n(chorus__ll_id_word(words, l), __ATOMIC_ACQUIRE) == id;
+/* Whether line 0 (the signature's) and the lines that carry payload bytes [off, off + n)
+ * carry id: all loaded at once, so that their misses overlap. A reader that needs only its
+ * own block of a payload (reduce_scatter, alltoall) waits for no other line. */
+static inline int chorus__ll_lines_hold(uint64_t* words, size_t off, size_t n, uint64_t id) {
+  size_t first = (8 + off) / CHORUS_SHM_LL_LINE_DATA, end = (8 + off + n + CHORUS_SHM_LL_LINE_DATA - 1) / CHORUS_SHM_LL_LINE_DATA;
+  int all = __atomic_load_n(chorus__ll_id_word(words, 0), __ATOMIC_ACQUIRE) == id;
+  for (size_t l = first > 0 ? first : 1; l < end; l++)
+    all &= __atomic_load_n(chorus__ll_id_word(words, l), __ATOMIC_ACQUIRE) == id;
   return all;
 }
 
-/* 1 when rank's LL buffer holds every line of operation id; *st < 0 when it never will. */
-static inline int chorus__ll_arrived(chorus_task_t* t, int rank, uint64_t id, size_t bytes, chorus_status_t* st) {
+/* 1 when rank's LL buffer holds payload bytes [off, off + n) of operation id; *st < 0 when it
+ * never will. */
+static inline int chorus__ll_arrived(chorus_task_t* t, int rank, uint64_t id, size_t off, size_t n,
+                                     chorus_status_t* st) {
   uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1));
-  size_t lines = chorus__ll_lines(bytes);
   int spin = t->cpu_per_rank ? CHORUS_SHM_LL_POLLS : 0;
-  while (!chorus__ll_lines_hold(words, lines, id)) {
+  while (!chorus__ll_lines_hold(words, off, n, id)) {
     if (spin-- <= 0) {
       chorus__conn_shm_peer_ok(t, rank, st);
       return 0;
@@ -87,11 +91,12 @@ static inline int chorus__ll_arrived(chorus_task_t* t, int rank, uint64_t id, si
   return 0;
 }
 
-/* Rank's payload of operation id (bytes long), out of its LL lines into out. */
-static inline void chorus__ll_read(const chorus_task_t* t, int rank, uint64_t id, size_t bytes, unsigned char* out) {
+/* Bytes [off, off + bytes) of rank's payload of operation id, out of its LL lines into out. */
+static inline void chorus__ll_read(const chorus_task_t* t, int rank, uint64_t id, size_t off, size_t bytes,
+                                   unsigned char* out) {
   uint64_t* words = chorus__conn_shm_ll(t, rank, (int)(id & 1));
   for (size_t done = 0; done < bytes;) {
-    size_t i = 8 + done, n = CHORUS_SHM_LL_LINE_DATA - i % CHORUS_SHM_LL_LINE_DATA;
+    size_t i = 8 + off + done, n = CHORUS_SHM_LL_LINE_DATA - i % CHORUS_SHM_LL_LINE_DATA;
     if (n > bytes - done) n = bytes - done;
     memcpy(out + done, chorus__ll_byte(words, i), n);
     done += n;
@@ -99,10 +104,12 @@ static inline void chorus__ll_read(const chorus_task_t* t, int rank, uint64_t id
 }
 
 /* Stage 0 writes this rank's payload (once no rank still reads this parity's previous use),
- * stage 1 waits for the peers one by one (t->step: the next to wait for). OK once every peer's
- * payload is there (read them with chorus__ll_read, then call chorus__ll_done). */
+ * stage 1 waits for the peers one by one (t->step: the next to wait for). OK once bytes
+ * [want_off, want_off + want) of every peer's payload are there (read them with
+ * chorus__ll_read, then call chorus__ll_done). Seeing any line of a peer's op id - 1 is seeing
+ * that it finished id - 2, so the shortcut on *last holds for partial waits too. */
 static inline chorus_status_t chorus__ll_exchange(chorus_task_t* t, chorus_shm_op_t* s, const void* payload,
-                                                  size_t bytes) {
+                                                  size_t bytes, size_t want_off, size_t want) {
   uint64_t id = chorus__shm_id(s), *last = chorus__conn_shm_ll_last(t);
   chorus_status_t st = CHORUS_OK;
   if (s->stage == 0) {
@@ -111,22 +118,22 @@ static inline chorus_status_t chorus__ll_exchange(chorus_task_t* t, chorus_shm_o
     chorus__shm_advance(t, s, 1);
   }
   for (; t->step < (size_t)t->nranks; t->step++)
-    if ((int)t->step != t->rank) CHORUS_SHM_WAIT(chorus__ll_arrived(t, (int)t->step, id, bytes, &st), st);
+    if ((int)t->step != t->rank) CHORUS_SHM_WAIT(chorus__ll_arrived(t, (int)t->step, id, want_off, want, &st), st);
   return CHORUS_OK;
 }
 
-/* Combines m elements at byte `off` of every rank's payload (`bytes` long) into dst, in rank
- * order, as every rank does, so that all get the same bits; avg divides. */
-static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size_t bytes, size_t off, char* dst,
-                                      size_t m) {
+/* Combines m elements at byte `off` of every rank's payload into dst, in rank order, as every
+ * rank does, so that all get the same bits; avg divides. Only those bytes leave the lines. */
+static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size_t off, char* dst, size_t m) {
   uint64_t id = chorus__shm_id(s);
+  size_t n = m * t->dtype_size;
   _Alignas(64) unsigned char a[CHORUS_SHM_LL_MAX_BYTES], b[CHORUS_SHM_LL_MAX_BYTES];
-  chorus__ll_read(t, 0, id, bytes, a);
-  chorus__ll_read(t, 1, id, bytes, b);
-  s->reduce(dst, a + off, b + off, m);
+  chorus__ll_read(t, 0, id, off, n, a);
+  chorus__ll_read(t, 1, id, off, n, b);
+  s->reduce(dst, a, b, m);
   for (int q = 2; q < t->nranks; q++) {
-    chorus__ll_read(t, q, id, bytes, b);
-    s->reduce(dst, dst, b + off, m);
+    chorus__ll_read(t, q, id, off, n, b);
+    s->reduce(dst, dst, b, m);
   }
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
 }

@@ -75,12 +75,12 @@ static const char* block_input(const chorus_task_t* t, const chorus_shm_op_t* s,
 #define REDUCE_SCATTER_LL_MAX_BYTES 512u
 
 /* All blocks together at most REDUCE_SCATTER_LL_MAX_BYTES: through the LL buffers (ll.h); every
- * rank combines its block from every rank's LL lines, in rank order. */
+ * rank waits for and combines only its block of every rank's LL lines, in rank order. */
 static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, block = m * t->dtype_size, all = block * (size_t)t->nranks, mine = (size_t)t->rank * block;
-  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all);
+  chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all, mine, block);
   if (st != CHORUS_OK) return st;
-  chorus__ll_combine(t, s, all, mine, t->args.recvbuf, m);
+  chorus__ll_combine(t, s, mine, t->args.recvbuf, m);
   chorus__ll_done(t, s, all);
   return CHORUS_OK;
 }
