@@ -1,8 +1,9 @@
 #!/bin/bash
 # test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
 # with a CPU per rank, every rank of the host turns them on, and allgathers, alltoalls and
-# broadcasts at the sizes that take them (blocks of 8 KiB - 32 MiB, broadcasts of 16-512 KiB) and
-# around them give bitwise-checked results, out of place and in place, from either root;
+# broadcasts at the sizes that take them (allgather blocks of more than 512 KiB, alltoall blocks
+# of 512 KiB - 32 MiB, broadcasts of up to 512 KiB larger than a slot) and around them give
+# bitwise-checked results, out of place and in place, from either root;
 # CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all (the ranks agree, so they still
 # choose alike and the job runs); a rank killed while the other reads its buffers ends the
 # other's call with an error naming it; with more ranks than CPUs they are off.
@@ -18,11 +19,13 @@ exec "$@"
 EOS
 chmod +x "$WRAP"
 
-# run NAME NRANKS ONE_RANK_SETS PERF_ARGS...: a checked chorus-perf job that must succeed.
+# run NAME NRANKS ONE_RANK_SETS PERF_ARGS...: a checked chorus-perf job that must succeed
+# (JOB_SETS=VAR=VAL: a setting of every rank).
 run() {
   local name=$1 n=$2 one=$3
   shift 3
-  timeout -s KILL 120 "$RUN" --timeout 110 -n "$n" -x CHORUS_LOG_LEVEL=info -x ONE_RANK_SETS="$one" "$WRAP" \
+  timeout -s KILL 120 "$RUN" --timeout 110 -n "$n" -x CHORUS_LOG_LEVEL=info -x ONE_RANK_SETS="$one" \
+    -x "${JOB_SETS:-CHORUS_TEST_UNUSED=1}" "$WRAP" \
     "$PERF" "$@" -n 2 -w 1 -c 1 >"$TMP/$name.out" 2>&1 || fail "$name: the job failed ($?): $(tail -n 5 "$TMP/$name.out")"
   grep -q "^# Wrong elements : 0 OK" "$TMP/$name.out" || fail "$name: wrong results: $(tail -n 5 "$TMP/$name.out")"
 }
@@ -44,7 +47,12 @@ if ((cpus >= 2)); then
   run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
   run a2a 2 "" alltoall -b 8K -e 128M -f 4
   run a2a_inplace 2 "" alltoall -b 12K -e 12M -f 4 -p 1
-  ok "2 ranks: single-copy reads on; allgather 8 KiB - 64 MiB, broadcast 4 KiB - 2 MiB, alltoall 8 KiB - 128 MiB checked, in and out of place"
+  # Either side of the 512 KiB block bound (2 ranks: buffers of 2 blocks), and of two 64 KiB
+  # slots for allgather.
+  run ag_bound 2 "" allgather -b 1M -e 1280K -i 4K
+  run a2a_bound_inplace 2 "" alltoall -b 1M -e 1280K -i 4K -p 1
+  JOB_SETS=CHORUS_SHM_SLOT_SIZE=65536 run ag_small_slots 2 "" allgather -b 252K -e 264K -i 4K
+  ok "2 ranks: single-copy reads on; allgather 8 KiB - 64 MiB, broadcast 4 KiB - 2 MiB, alltoall 8 KiB - 128 MiB checked, in and out of place, and either side of the bounds"
   run ag_one_off 2 CHORUS_SHM_SINGLE_COPY=0 allgather -b 8K -e 4M -f 4
   reads ag_one_off off 2
   ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"

@@ -118,10 +118,11 @@ static int make_default_vars(const options_t* o, rank_env_t* env, int* defaults_
   if (o->master_addr) return 0;
   int* socks = env->held_port_socks;
   int store_port = defaults_set[0] ? find_free_port(&socks[0]) : 0;
-  int master_port = defaults_set[3] ? find_free_port(&socks[1]) : 0;
   int port_errno = errno;
+  int master_port = store_port >= 0 && defaults_set[3] ? find_free_port(&socks[1]) : 0;
+  if (master_port < 0) port_errno = errno;
   if (store_port < 0 || master_port < 0) {
-    say(PROG ": cannot find a free port on 127.0.0.1: %s", strerror(port_errno));
+    say(PROG ": cannot find and hold a free port: %s", strerror(port_errno));
     return -1;
   }
   snprintf(env->default_vars[0], VAR_BYTES, "CHORUS_ADDR=127.0.0.1:%d", store_port);

@@ -15,15 +15,21 @@
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* Blocks read with process_vm_readv instead of staged. 2 ranks, alternating (docs/compare.md):
- * from 8 KiB blocks on 1.1-1.7x faster, 32 MiB 1.15x; 4 KiB 0.75x. 128 MiB blocks measured level
- * on 2026-12-05 and 1.6-1.8x faster on 2026-12-06 (24.6-28.5 ms against 42-46 staged, Open MPI
- * 26-33 ms), so there is no upper bound. With 2 ranks per CPU it lost at 4 KiB and from 32
- * MiB, so hosts with more ranks than CPUs do not use it (chorus__conn_cma_avail). */
-#define SINGLE_COPY_MIN_BLOCK (8u * 1024u)
+/* Blocks of more than SINGLE_COPY_MIN_BLOCK (or of more than two slots, when the slots are set
+ * smaller) are read with process_vm_readv instead of staged. The readers wait for the owner to
+ * enter and the owner for their reads, a round trip a call that staging does not pay: 2 ranks
+ * back to back, alternating (2026-12-06 15:20), staged against read straight, 8 KiB blocks
+ * 1.9-2.0 against 4.7-5.5 us, 32 KiB 3.6-4.6 against 6.0-6.3, 128 KiB 10.0-10.6 against
+ * 12.8-14.0, 256 KiB 19.4-20.8 against 22.6-27.3, 512 KiB 39-45 against 43-51, 768 KiB level,
+ * 1 MiB 177-194 against 72-82 (the staged call's slot filled), 64 MiB 20.3-21.6 ms against
+ * 11.9-13.8; with 64 KiB slots, 128 KiB blocks level and 256-512 KiB 1.1-1.4x faster read
+ * straight. Below 8 KiB blocks they were slower
+ * earlier too. With 2 ranks per CPU reads lost at 4 KiB and from 32 MiB, so hosts with more
+ * ranks than CPUs do not use them (chorus__conn_cma_avail). */
+#define SINGLE_COPY_MIN_BLOCK (512u * 1024u)
 
 static int single_copy_pays(const chorus_task_t* t, size_t block) {
-  return block >= SINGLE_COPY_MIN_BLOCK && chorus__conn_cma_avail(t);
+  return (block > SINGLE_COPY_MIN_BLOCK || block > 2 * chorus__conn_shm_slot_bytes(t)) && chorus__conn_cma_avail(t);
 }
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
@@ -123,8 +129,8 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_allgather = {
     .name = "shm",
     .desc = "same-host memory semantics: every rank stages its block once, every rank copies all blocks out "
-            "(blocks of 8 KiB or more with a CPU per rank: every rank reads the others' blocks straight from their "
-            "buffers, process_vm_readv)",
+            "(blocks of more than 512 KiB with a CPU per rank: every rank reads the others' blocks straight from "
+            "their buffers, process_vm_readv)",
     .coll = CH_COLL_ALLGATHER,
     .supported = supported,
     .cost_us = cost_us,

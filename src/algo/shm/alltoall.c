@@ -9,7 +9,7 @@
  * stages every piece of a chunk before it overwrites any of them.
  *
  * With single-copy reads (process_vm_readv: every rank of the host can read the others' memory and
- * has a CPU of its own), for blocks of 8 KiB-32 MiB, every rank copies its blocks straight from
+ * has a CPU of its own), for blocks of 512 KiB-32 MiB, every rank copies its blocks straight from
  * the others' send buffers (n B per rank). A rank that runs in
  * place first copies its send buffer aside, as the others read it while it overwrites its blocks:
  * every rank chooses alike whatever its layout. Registered memory takes the same paths: mapped
@@ -22,8 +22,13 @@
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* 2 ranks, alternating (docs/compare.md): blocks of 8 KiB and more read faster than staged. */
-#define SINGLE_COPY_MIN_BLOCK (8u * 1024u)
+/* Blocks of more than 512 KiB are read straight. Smaller ones paid a round trip a call (the
+ * readers wait for the owner to enter, the owner for their reads) that staging (all blocks up
+ * to 64 KiB) and the pairwise exchange above do not: 2 ranks back to back, alternating
+ * (2026-12-06 15:25), 8 KiB blocks 4.9-5.4 us read straight against 2.0 staged (and pairwise),
+ * 16-64 KiB 5.8-12.3 against 5.1-7.4, 128-512 KiB level within the noise (10-54 against
+ * 12-47), 2 MiB 173-201 against 193-223 pairwise. */
+#define SINGLE_COPY_MIN_BLOCK (512u * 1024u + 1u)
 #define SINGLE_COPY_MAX_BLOCK (32u * 1024u * 1024u)
 
 /* The op, and where an in-place rank's send buffer is set aside for the single-copy reads (when
@@ -188,8 +193,8 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_alltoall = {
     .name = "shm",
     .desc = "same-host memory semantics: every rank stages its blocks once, each rank copies its block out of "
-            "every slot (blocks of 8 KiB-32 MiB with a CPU per rank: read straight from the others' buffers, "
-            "process_vm_readv)",
+            "every slot (calls of up to 64 KiB; blocks of 512 KiB-32 MiB with a CPU per rank: read straight from "
+            "the others' buffers, process_vm_readv)",
     .coll = CH_COLL_ALLTOALL,
     .supported = supported,
     .cost_us = cost_us,
