@@ -15,7 +15,7 @@
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* Blocks of more than SINGLE_COPY_MIN_BLOCK (or of more than two slots, when the slots are set
+/* Blocks of more than SINGLE_COPY_ABOVE_BLOCK (or of more than two slots, when the slots are set
  * smaller) are read with process_vm_readv instead of staged. The readers wait for the owner to
  * enter and the owner for their reads, a round trip a call that staging does not pay: 2 ranks
  * back to back, alternating (2026-12-06 15:20), staged against read straight, 8 KiB blocks
@@ -23,13 +23,12 @@
  * 12.8-14.0, 256 KiB 19.4-20.8 against 22.6-27.3, 512 KiB 39-45 against 43-51, 768 KiB level,
  * 1 MiB 177-194 against 72-82 (the staged call's slot filled), 64 MiB 20.3-21.6 ms against
  * 11.9-13.8; with 64 KiB slots, 128 KiB blocks level and 256-512 KiB 1.1-1.4x faster read
- * straight. Below 8 KiB blocks they were slower
- * earlier too. With 2 ranks per CPU reads lost at 4 KiB and from 32 MiB, so hosts with more
- * ranks than CPUs do not use them (chorus__conn_cma_avail). */
-#define SINGLE_COPY_MIN_BLOCK (512u * 1024u)
+ * straight. With 2 ranks per CPU reads lost at 4 KiB and from 32 MiB, so hosts with more ranks
+ * than CPUs do not use them (chorus__conn_cma_avail). */
+#define SINGLE_COPY_ABOVE_BLOCK (512u * 1024u)
 
 static int single_copy_pays(const chorus_task_t* t, size_t block) {
-  return (block > SINGLE_COPY_MIN_BLOCK || block > 2 * chorus__conn_shm_slot_bytes(t)) && chorus__conn_cma_avail(t);
+  return (block > SINGLE_COPY_ABOVE_BLOCK || block > 2 * chorus__conn_shm_slot_bytes(t)) && chorus__conn_cma_avail(t);
 }
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }

@@ -28,7 +28,7 @@
  * (2026-12-06 15:25), 8 KiB blocks 4.9-5.4 us read straight against 2.0 staged (and pairwise),
  * 16-64 KiB 5.8-12.3 against 5.1-7.4, 128-512 KiB level within the noise (10-54 against
  * 12-47), 2 MiB 173-201 against 193-223 pairwise. */
-#define SINGLE_COPY_MIN_BLOCK (512u * 1024u + 1u)
+#define SINGLE_COPY_ABOVE_BLOCK (512u * 1024u)
 #define SINGLE_COPY_MAX_BLOCK (32u * 1024u * 1024u)
 
 /* The op, and where an in-place rank's send buffer is set aside for the single-copy reads (when
@@ -39,7 +39,7 @@ typedef struct {
 } alltoall_state_t;
 
 static int single_copy_pays(const chorus_task_t* t, size_t block) {
-  return block >= SINGLE_COPY_MIN_BLOCK && block <= SINGLE_COPY_MAX_BLOCK && chorus__conn_cma_avail(t);
+  return block > SINGLE_COPY_ABOVE_BLOCK && block <= SINGLE_COPY_MAX_BLOCK && chorus__conn_cma_avail(t);
 }
 
 /* Elements of each block a chunk takes: an n-th of the slot each. */

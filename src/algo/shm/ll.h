@@ -66,7 +66,7 @@ static inline void chorus__ll_write(chorus_task_t* t, uint64_t id, const void* p
  * carry id: all loaded at once, so that their misses overlap. A reader that needs only its
  * own block of a payload (reduce_scatter, alltoall) waits for no other line. */
 static inline int chorus__ll_lines_hold(uint64_t* words, size_t off, size_t n, uint64_t id) {
-  size_t first = (8 + off) / CHORUS_SHM_LL_LINE_DATA, end = (8 + off + n + CHORUS_SHM_LL_LINE_DATA - 1) / CHORUS_SHM_LL_LINE_DATA;
+  size_t first = (8 + off) / CHORUS_SHM_LL_LINE_DATA, end = chorus__ll_lines(off + n);
   int all = __atomic_load_n(chorus__ll_id_word(words, 0), __ATOMIC_ACQUIRE) == id;
   for (size_t l = first > 0 ? first : 1; l < end; l++)
     all &= __atomic_load_n(chorus__ll_id_word(words, l), __ATOMIC_ACQUIRE) == id;
