@@ -1,8 +1,9 @@
 /*
  * test_sequence.c - different collectives and sizes back to back on one communicator of ranks
  * that share memory, every result checked bitwise: each call's schedule lays the slots out its
- * own way (two-rank broadcasts and reduces as a ring of places, shm.h; the others as two
- * halves), and each must find them free of the calls before it. Blocking calls, then three
+ * own way (two-rank broadcasts and reduces, and allgathers of several chunks, as a ring of
+ * places, shm.h and allgather.c; the others as two halves), and each must find them free of the
+ * calls before it. Blocking calls, then three
  * posted at once and waited for. Default slots (a 12 MiB broadcast goes round its places six
  * times) and 64 KiB ones (every call of more than 64 KiB goes round); the short cases (quick,
  * also under the sanitizers) with small calls on 64 KiB slots.
@@ -24,6 +25,7 @@ static const step_t kSteps[] = {
     {CH_COLL_BROADCAST, 100003},   {CH_COLL_ALLGATHER, 4097},   {CH_COLL_REDUCE, 100003},
     {CH_COLL_BARRIER, 0},          {CH_COLL_BROADCAST, 7},      {CH_COLL_REDUCE_SCATTER, 20011},
     {CH_COLL_REDUCE, 1023},        {CH_COLL_ALLREDUCE, 3u << 18}, {CH_COLL_BROADCAST, 1u << 16},
+    {CH_COLL_ALLGATHER, 300007},   {CH_COLL_BROADCAST, 9},      {CH_COLL_ALLGATHER, 70001},
 };
 
 /* Small enough for the sanitizer builds, with 64 KiB slots: every broadcast followed by a call
@@ -35,6 +37,7 @@ static const step_t kShortSteps[] = {
     {CH_COLL_ALLGATHER, 1025}, {CH_COLL_BROADCAST, 20011},      {CH_COLL_REDUCE_SCATTER, 4099},
     {CH_COLL_BROADCAST, 300},  {CH_COLL_ALLTOALL, 1023},        {CH_COLL_BROADCAST, 2},
     {CH_COLL_ALLREDUCE, 3},    {CH_COLL_BROADCAST, 16384},      {CH_COLL_REDUCE, 5003},
+    {CH_COLL_ALLGATHER, 40009}, {CH_COLL_BROADCAST, 11},        {CH_COLL_ALLGATHER, 20011},
 };
 
 typedef struct {

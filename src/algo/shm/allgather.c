@@ -1,55 +1,56 @@
 /*
  * shm/allgather.c - memory-semantics allgather for ranks that share one host.
  *
- * Per chunk of at most one slot of each rank's block:
- *   1. copy-in:  rank r copies its block-chunk into its slot        ARRIVED = id
+ * Per chunk of at most CHUNK_BYTES of each rank's block:
+ *   1. copy-in:  rank r copies its block-chunk into its slots       ARRIVED = id
  *   2. copy-out: rank r copies every other rank's block-chunk out    DONE = id
  * Bytes per rank per chunk: S written + S read, then (n-1) S read and written. Cost: 2 flag
- * waits per chunk + about (n+1) S / memory bandwidth.
+ * waits per chunk + about (n+1) S / memory bandwidth. A block of one chunk takes slot (id & 1);
+ * blocks of several run their copies-in ahead through the places of both slots.
  *
  * On registered memory: every rank copies the others' send buffers straight into its receive
- * buffer (one copy of each block). The same with single-copy reads (process_vm_readv) of blocks
- * whose staging costs more than the kernel's page-by-page copy: n S bytes instead of (n + 1) S.
+ * buffer (one copy of each block).
  */
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* Blocks of more than SINGLE_COPY_ABOVE_BLOCK (or of more than two slots, when the slots are set
- * smaller) are read with process_vm_readv instead of staged. The readers wait for the owner to
- * enter and the owner for their reads, a round trip a call that staging does not pay: 2 ranks
- * back to back, alternating (2026-12-06 15:20), staged against read straight, 8 KiB blocks
- * 1.9-2.0 against 4.7-5.5 us, 32 KiB 3.6-4.6 against 6.0-6.3, 128 KiB 10.0-10.6 against
- * 12.8-14.0, 256 KiB 19.4-20.8 against 22.6-27.3, 512 KiB 39-45 against 43-51, 768 KiB level,
- * 1 MiB 177-194 against 72-82 (the staged call's slot filled), 64 MiB 20.3-21.6 ms against
- * 11.9-13.8; with 64 KiB slots, 128 KiB blocks level and 256-512 KiB 1.1-1.4x faster read
- * straight. With 2 ranks per CPU reads lost at 4 KiB and from 32 MiB, so hosts with more ranks
- * than CPUs do not use them (chorus__conn_cma_avail). */
-#define SINGLE_COPY_ABOVE_BLOCK (512u * 1024u)
+/* Chunks of a quarter of the default slot, whatever the block: a rank copies a chunk out of a
+ * peer's slot while that chunk is still in the peer's or the shared cache, and the two slots let
+ * it stage the next one meanwhile. In whole 1 MiB slots a chunk was written out to memory before
+ * it was read back: 2 ranks, alternating (2026-12-06 17:00), 1 MiB blocks 190-250 us against
+ * 91-120 in 256 KiB chunks (the point-to-point ring: 90-103), 4 MiB blocks 913-1016 against
+ * 473-500; 128 and 64 KiB chunks were no faster. Single-copy reads (process_vm_readv), which
+ * took blocks of more than 512 KiB before, lost to these chunks at every size: the kernel's copy
+ * ran at 2-6 GB/s here, memcpy at 14-37 (1-32 MiB), and 1 MiB blocks took 124-132 us read. */
+#define CHUNK_BYTES (256u * 1024u)
 
-static int single_copy_pays(const chorus_task_t* t, size_t block) {
-  return (block > SINGLE_COPY_ABOVE_BLOCK || block > 2 * chorus__conn_shm_slot_bytes(t)) && chorus__conn_cma_avail(t);
+static size_t chunk_elems(const chorus_task_t* t) {
+  size_t slot = chorus__conn_shm_slot_bytes(t);
+  if (t->args.count * t->dtype_size <= slot / 2) return slot / t->dtype_size;
+  return chorus__min_sz(CHUNK_BYTES, slot) / t->dtype_size;
 }
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t bytes = t->args.count * t->dtype_size;
-  if (single_copy_pays(t, bytes)) return chorus__shm_cost_us(cx, 2, 1, (double)t->nranks * (double)bytes);
-  return chorus__shm_cost_us(cx, 2, chorus__div_up(bytes, chorus__conn_shm_slot_bytes(t)),
+  return chorus__shm_cost_us(cx, 2, chorus__div_up(t->args.count, chunk_elems(t)),
                              (double)((size_t)t->nranks + 1) * (double)bytes);
 }
 
+/* The staged copies into the output use plain stores (no touched bytes given), unlike those of
+ * the other collectives beyond CHORUS_SHM_STREAM_BYTES (shm.h), so that the output stays cached
+ * for the caller where it fits: the chunks come from the cache, and streaming stores bought
+ * nothing. With the two slots alone they were slower from 4 MiB on (2 ranks, 8 MiB: 710-770 us
+ * against 450-530; 4 ranks, 4 MiB: 0.70-0.84 ms against 0.51-0.77); through the places (below),
+ * level within the noise from 2 to 64 MiB on 2 and 4 ranks (2026-12-06, alternating). */
 static chorus_status_t init(chorus_task_t* t) {
   size_t block = t->args.count * t->dtype_size;
   size_t out = block * (size_t)t->nranks, touched = chorus__touched_bytes(t->args.sendbuf, block, t->args.recvbuf, out);
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, out))
     return chorus__shm_op_init(t, 1, 1, touched, 0);
-  if (single_copy_pays(t, block)) {
-    chorus__conn_cma_use(t, t->args.sendbuf, t->args.recvbuf);
-    return chorus__shm_op_init(t, 1, 1, touched, 0);
-  }
-  return chorus__shm_op_init(t, t->args.count, chorus__conn_shm_slot_bytes(t) / t->dtype_size, touched, block);
+  return chorus__shm_op_init(t, t->args.count, chunk_elems(t), 0, block);
 }
 
 static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -58,21 +59,6 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
     char* dst = (char*)t->args.recvbuf + (size_t)q * block;
     const char* src = q == t->rank ? t->args.sendbuf : chorus__conn_zc_send(t, q);
     if (dst != src) chorus__shm_copy_out(s, dst, src, block); /* else in place */
-  }
-  return CHORUS_OK;
-}
-
-/* Each rank reads the others' blocks in turn from the next rank on, so that they do not all
- * read one rank's pages at once. */
-static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
-  size_t block = t->args.count * t->dtype_size;
-  char* out = t->args.recvbuf;
-  if (out + (size_t)t->rank * block != t->args.sendbuf) /* else in place */
-    chorus__shm_copy_out(s, out + (size_t)t->rank * block, t->args.sendbuf, block);
-  for (int i = 1; i < t->nranks; i++) {
-    int q = (t->rank + i) % t->nranks;
-    chorus_status_t st = chorus__conn_cma_read_send(t, q, 0, out + (size_t)q * block, block);
-    if (st < 0) return st;
   }
   return CHORUS_OK;
 }
@@ -94,42 +80,86 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
-static chorus_status_t progress(chorus_task_t* t) {
-  if (t->variant == CHORUS_VARIANT_CMA) return chorus__shm_zc_progress(t, single_copy);
-  if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
-  chorus_shm_op_t* s = t->state;
-  if (s->nchunks == 1 && t->args.count * t->dtype_size <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
-    return progress_ll(t, s);
+/* Where the chunk of id `id` lies in local rank owner's slots: one of the places the two slots
+ * hold (chorus__shm_pipe_places), by id. */
+static char* place_of(const chorus_task_t* t, const chorus_shm_op_t* s, int owner, uint64_t id) {
+  size_t place = (size_t)((id - 1) % chorus__shm_pipe_places(t, s));
+  return chorus__conn_shm_slot(t, owner, 0) + place * s->chunk_elems * t->dtype_size;
+}
+
+/* Stages this rank's chunks ahead of the one it copies out (s->k), into free places, as far as
+ * there are places: s->stage counts the chunks staged past s->k. A place is free once every rank
+ * has read the chunk that used it last, D chunks before (D places), and for the op's first D
+ * chunks once every rank is done with the ops before this one (they may have used the slots
+ * any way). */
+static void stage_ahead(chorus_task_t* t, chorus_shm_op_t* s, chorus_status_t* st) {
+  size_t places = chorus__shm_pipe_places(t, s), es = t->dtype_size;
+  while (s->k + (size_t)s->stage < s->nchunks && (size_t)s->stage < places) {
+    size_t j = s->k + (size_t)s->stage, first = j * s->chunk_elems;
+    uint64_t id = s->base + j + 1, want = j < places ? s->base : id - places;
+    if (want && !chorus__shm_all_reached(t, s, SHM_DONE, want, st)) return;
+    size_t m = chorus__min_sz(t->args.count - first, s->chunk_elems);
+    memcpy(place_of(t, s, s->me, id), (const char*)t->args.sendbuf + first * es, m * es);
+    chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+    s->stage++;
+    t->phase++;
+  }
+}
+
+/* Blocks of several chunks. Staging runs up to D chunks ahead of the copies out, through the D
+ * places of the two slots, so that a rank that is ahead does not wait for the others at every
+ * chunk. Only ranks all past the last chunk return: the next op may write any of the places. */
+static chorus_status_t progress_chunks(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t es = t->dtype_size, block = t->args.count;
   const char* in = t->args.sendbuf;
   char* out = t->args.recvbuf;
   chorus_status_t st = CHORUS_OK;
   while (s->k < s->nchunks) {
+    stage_ahead(t, s, &st);
+    CHORUS_SHM_WAIT(s->stage > 0, st);
     uint64_t id = chorus__shm_id(s);
-    int which = (int)(id & 1);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, block);
-    if (s->stage == 0) {
-      CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, in + first * es, m * es, &st), st);
-      continue;
-    }
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     for (int q = 0; q < t->nranks; q++) {
       char* dst = out + ((size_t)q * block + first) * es;
-      if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__shm_op_slot(t, s, q, which), m * es);
+      if (q != t->rank) chorus__shm_copy_out(s, dst, place_of(t, s, q, id), m * es);
       else if (dst != in + first * es) chorus__shm_copy_out(s, dst, in + first * es, m * es); /* else in place */
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;
-    chorus__shm_advance(t, s, 0);
+    s->stage--;
+    t->phase++;
   }
+  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_DONE, s->base + s->nchunks, &st), st);
+  return CHORUS_OK;
+}
+
+static chorus_status_t progress(chorus_task_t* t) {
+  if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
+  chorus_shm_op_t* s = t->state;
+  size_t es = t->dtype_size, block = t->args.count;
+  if (s->nchunks == 1 && block * es <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2) return progress_ll(t, s);
+  if (s->nchunks > 1) return progress_chunks(t, s);
+  const char* in = t->args.sendbuf;
+  char* out = t->args.recvbuf;
+  chorus_status_t st = CHORUS_OK;
+  if (s->stage == 0) CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, in, block * es, &st), st);
+  uint64_t id = chorus__shm_id(s);
+  CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
+  for (int q = 0; q < t->nranks; q++) {
+    char* dst = out + (size_t)q * block * es;
+    if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__shm_op_slot(t, s, q, (int)(id & 1)), block * es);
+    else if (dst != in) chorus__shm_copy_out(s, dst, in, block * es); /* else in place */
+  }
+  chorus__conn_shm_publish(t, SHM_DONE, id);
+  s->k++;
   return CHORUS_OK;
 }
 
 const chorus_algo_t chorus__algo_shm_allgather = {
     .name = "shm",
-    .desc = "same-host memory semantics: every rank stages its block once, every rank copies all blocks out "
-            "(blocks of more than 512 KiB with a CPU per rank: every rank reads the others' blocks straight from "
-            "their buffers, process_vm_readv)",
+    .desc = "same-host memory semantics: every rank stages its block once, in chunks of up to 256 KiB, every rank "
+            "copies all blocks out (registered memory: straight from the others' buffers)",
     .coll = CH_COLL_ALLGATHER,
     .supported = supported,
     .cost_us = cost_us,
