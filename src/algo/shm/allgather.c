@@ -15,14 +15,16 @@
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* Chunks of a quarter of the default slot, whatever the block: a rank copies a chunk out of a
- * peer's slot while that chunk is still in the peer's or the shared cache, and the two slots let
- * it stage the next one meanwhile. In whole 1 MiB slots a chunk was written out to memory before
- * it was read back: 2 ranks, alternating (2026-12-06 17:00), 1 MiB blocks 190-250 us against
- * 91-120 in 256 KiB chunks (the point-to-point ring: 90-103), 4 MiB blocks 913-1016 against
- * 473-500; 128 and 64 KiB chunks were no faster. Single-copy reads (process_vm_readv), which
- * took blocks of more than 512 KiB before, lost to these chunks at every size: the kernel's copy
- * ran at 2-6 GB/s here, memcpy at 14-37 (1-32 MiB), and 1 MiB blocks took 124-132 us read. */
+/* Blocks of more than half a slot go in chunks of a quarter of the default slot: a rank copies a
+ * chunk out of a peer's slot while it is still in the peer's or the shared cache, and the slots'
+ * places let it stage the next ones meanwhile. In whole 1 MiB slots a chunk was written out to
+ * memory before it was read back: 2 ranks, alternating (2026-12-06 16:30), 1 MiB blocks 190-250
+ * us against 91-120 in 256 KiB chunks through two places (the point-to-point ring: 90-103), and
+ * 86-93 through eight; 4 MiB blocks 913-1016 against 473-500 and 368-465; 128 and 64 KiB chunks
+ * were no faster. Smaller blocks stay whole: 4 ranks, 512 KiB blocks, 182-209 us in one chunk,
+ * 204-227 in two. Single-copy reads (process_vm_readv), which took blocks of more than 512 KiB
+ * before, lost to these chunks at every size: the kernel's copy ran at 2-6 GB/s here, memcpy at
+ * 14-37 (1-32 MiB), and 1 MiB blocks took 124-132 us read. */
 #define CHUNK_BYTES (256u * 1024u)
 
 static size_t chunk_elems(const chorus_task_t* t) {
