@@ -1,9 +1,9 @@
 #!/bin/bash
 # test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
-# with a CPU per rank, every rank of the host turns them on, and alltoalls and broadcasts at the
-# sizes that take them (alltoall blocks of 512 KiB - 32 MiB, broadcasts of up to 512 KiB larger
-# than a slot) and around them give bitwise-checked results, out of place and in place, from
-# either root (and allgathers, which stage, beside them);
+# with a CPU per rank, every rank of the host turns them on, and broadcasts at the sizes that
+# take them (up to 512 KiB, larger than a slot: 64 KiB slots here) and around them give
+# bitwise-checked results, out of place and in place, from either root (and the other
+# collectives, which stage, beside them);
 # CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all (the ranks agree, so they still
 # choose alike and the job runs); a rank killed while the other reads its buffers ends the
 # other's call with an error naming it; with more ranks than CPUs they are off.
@@ -39,24 +39,24 @@ reads() {
 
 cpus=$(nproc)
 if ((cpus >= 2)); then
-  run a2a 2 "" alltoall -b 8K -e 128M -f 4
-  reads a2a on 2
-  run a2a_inplace 2 "" alltoall -b 12K -e 12M -f 4 -p 1
-  run a2a_int8 2 "" alltoall -b 16K -e 4M -f 8 -d int8
-  run bc 2 "" broadcast -b 4K -e 2M -f 2
-  run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
+  SLOTS=CHORUS_SHM_SLOT_SIZE=65536
+  JOB_SETS=$SLOTS run bc 2 "" broadcast -b 4K -e 2M -f 2
+  reads bc on 2
+  JOB_SETS=$SLOTS run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
+  # Either side of the slot (64 KiB) and of the 512 KiB bound.
+  JOB_SETS=$SLOTS run bc_bounds_int8 2 "" broadcast -b 60K -e 68K -i 1K -d int8
+  JOB_SETS=$SLOTS run bc_bounds 2 "" broadcast -b 508K -e 516K -i 4K -r 1
+  run bc_default_slots 2 "" broadcast -b 4K -e 2M -f 2
   run ag 2 "" allgather -b 8K -e 64M -f 4
-  # Either side of the 512 KiB block bound (2 ranks: buffers of 2 blocks).
-  run a2a_bound 2 "" alltoall -b 1M -e 1280K -i 4K
-  run a2a_bound_inplace 2 "" alltoall -b 1M -e 1280K -i 4K -p 1
-  ok "2 ranks: single-copy reads on; alltoall 8 KiB - 128 MiB, broadcast 4 KiB - 2 MiB, allgather 8 KiB - 64 MiB checked, in and out of place, and either side of the bounds"
-  run a2a_one_off 2 CHORUS_SHM_SINGLE_COPY=0 alltoall -b 8K -e 4M -f 4
-  reads a2a_one_off off 2
+  run a2a 2 "" alltoall -b 8K -e 64M -f 4 -p 1
+  ok "2 ranks: single-copy reads on; broadcast 4 KiB - 2 MiB (64 KiB and default slots), allgather and alltoall 8 KiB - 64 MiB checked, in and out of place, and either side of the bounds"
+  JOB_SETS=$SLOTS run bc_one_off 2 CHORUS_SHM_SINGLE_COPY=0 broadcast -b 64K -e 1M -f 2
+  reads bc_one_off off 2
   ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"
-  # A rank killed while the other reads its buffers: the survivor fails with an error status
+  # A root killed while the other reads its buffer: the survivor fails with an error status
   # within seconds (a read of a process that is gone, or its flags that stop), never hangs.
-  "$RUN" --prefix --term-delay 8 --grace 2 --timeout 60 -n 2 -x CHORUS_TIMEOUT_SEC=20 \
-    "$PERF" alltoall -b 2M -e 2M -n 100000000 -w 1 -c 0 >"$TMP/kill.out" 2>&1 &
+  "$RUN" --prefix --term-delay 8 --grace 2 --timeout 60 -n 2 -x CHORUS_TIMEOUT_SEC=20 -x "$SLOTS" \
+    "$PERF" broadcast -b 256K -e 256K -r 1 -n 100000000 -w 1 -c 0 >"$TMP/kill.out" 2>&1 &
   job=$!
   CLEANUP_PIDS+=($job)
   victim=""
@@ -78,13 +78,13 @@ if ((cpus >= 2)); then
   ms=$((($(now_us) - t0) / 1000))
   grep -qE "^\[0\] .*failed: CHORUS_ERR_[A-Z_]+: .*rank 1" "$TMP/kill.out" ||
     fail "kill: rank 0 printed no error status naming rank 1: $(tail -n 8 "$TMP/kill.out")"
-  ok "rank 1 killed in a loop of alltoalls of 1 MiB blocks: rank 0 failed with $(grep -oE 'CHORUS_ERR_[A-Z_]+' "$TMP/kill.out" | head -n 1), the job ended in $ms ms"
+  ok "rank 1 killed in a loop of 256 KiB broadcasts from it: rank 0 failed with $(grep -oE 'CHORUS_ERR_[A-Z_]+' "$TMP/kill.out" | head -n 1), the job ended in $ms ms"
 else
   ok "1 CPU: the 2-rank cases need 2 (skipped)"
 fi
 n=$((cpus + 1))
 run over $n "" allgather -b 8K -e 1M -f 8
 reads over off $n
-run over_a2a $n "" alltoall -b 8K -e 8M -f 8 -p 1
+JOB_SETS=CHORUS_SHM_SLOT_SIZE=65536 run over_bc $n "" broadcast -b 8K -e 1M -f 8 -p 1
 ok "$n ranks on $cpus CPUs: single-copy reads off, results checked"
 done_testing
