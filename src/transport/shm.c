@@ -185,19 +185,6 @@ static void populate(const void* start, size_t bytes) {
 #endif
 }
 
-/* Mapped is not yet fast: on the test machines' virtual machine a process's first access to
- * each page of a slot still cost 5-8 us after MADV_POPULATE_WRITE, and a collective's first use
- * of each place in the slots took 100-250 us more (2 ranks, 128 KiB allgathers: 110-300 us each
- * for their first 30 calls, then 6-30; reading a byte of every page of every rank's slots at
- * creation: 8-45 us from the second call). Writing only this rank's own slots left them at
- * 110-140 us; reading alone was enough. It costs a job's start 9 ms here with 2 ranks and 24 ms
- * with 4 (six starts each, alternating with the library before). The rings are left to their
- * first messages (the link probe's walk one pair's). */
-static void read_every_page(const char* start, size_t bytes) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  for (size_t off = 0; off < bytes; off += page) (void)((const volatile char*)start)[off];
-}
-
 void chorus__shm_prefault(const chorus_shm_seg_t* seg) {
   for (int i = 0; i < seg->nlocal; i++) {
     if (i == seg->my_local) continue;
@@ -205,7 +192,6 @@ void chorus__shm_prefault(const chorus_shm_seg_t* seg) {
     populate(chorus__shm_ring(seg, i, seg->my_local), ring_stride(seg->ring_bytes));
   }
   populate(seg->areas, (size_t)seg->nlocal * seg->area_bytes);
-  read_every_page(seg->areas, (size_t)seg->nlocal * seg->area_bytes);
 }
 
 void chorus__shm_detach(chorus_shm_seg_t* seg) {

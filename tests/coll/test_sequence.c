@@ -31,13 +31,16 @@ static const step_t kSteps[] = {
 /* Small enough for the sanitizer builds, with 64 KiB slots: every broadcast followed by a call
  * that writes the slots of the ids after it, while the other ranks may still copy its last
  * chunk (a broadcast's root returns before they have: broadcast.c), in one chunk (LL lines, a
- * slot) and in a two-rank pipeline of several. */
+ * slot) and in a two-rank pipeline of several; calls of no elements, which take no id, before
+ * one staged through a slot (a rank that published an id for nothing would let the others copy
+ * its slot before it wrote it). */
 static const step_t kShortSteps[] = {
     {CH_COLL_BROADCAST, 5003}, {CH_COLL_ALLREDUCE, 8191},       {CH_COLL_BROADCAST, 7},
     {CH_COLL_ALLGATHER, 1025}, {CH_COLL_BROADCAST, 20011},      {CH_COLL_REDUCE_SCATTER, 4099},
     {CH_COLL_BROADCAST, 300},  {CH_COLL_ALLTOALL, 1023},        {CH_COLL_BROADCAST, 2},
     {CH_COLL_ALLREDUCE, 3},    {CH_COLL_BROADCAST, 16384},      {CH_COLL_REDUCE, 5003},
     {CH_COLL_ALLGATHER, 40009}, {CH_COLL_BROADCAST, 11},        {CH_COLL_ALLGATHER, 20011},
+    {CH_COLL_ALLGATHER, 0},     {CH_COLL_ALLGATHER, 5003},      {CH_COLL_REDUCE_SCATTER, 0},
 };
 
 typedef struct {

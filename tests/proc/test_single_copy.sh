@@ -49,7 +49,7 @@ if ((cpus >= 2)); then
   run bc_default_slots 2 "" broadcast -b 4K -e 2M -f 2
   run ag 2 "" allgather -b 8K -e 64M -f 4
   run a2a 2 "" alltoall -b 8K -e 64M -f 4 -p 1
-  ok "2 ranks: single-copy reads on; broadcast 4 KiB - 2 MiB (64 KiB and default slots), allgather and alltoall 8 KiB - 64 MiB checked, in and out of place, and either side of the bounds"
+  ok "2 ranks: single-copy reads on; broadcast 4 KiB - 2 MiB (64 KiB and default slots) checked in and out of place, from either root and either side of both bounds; allgather (out of place) and alltoall (in place) 8 KiB - 64 MiB beside them"
   JOB_SETS=$SLOTS run bc_one_off 2 CHORUS_SHM_SINGLE_COPY=0 broadcast -b 64K -e 1M -f 2
   reads bc_one_off off 2
   ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"

@@ -1,12 +1,12 @@
 /*
  * shm/allgather.c - memory-semantics allgather for ranks that share one host.
  *
- * Per chunk of at most CHUNK_BYTES of each rank's block:
+ * Per chunk of each rank's block (the whole block up to WHOLE_MAX_BYTES, else CHUNK_BYTES):
  *   1. copy-in:  rank r copies its block-chunk into its slots       ARRIVED = id
  *   2. copy-out: rank r copies every other rank's block-chunk out    DONE = id
  * Bytes per rank per chunk: S written + S read, then (n-1) S read and written. Cost: 2 flag
  * waits per chunk + about (n+1) S / memory bandwidth. A block of one chunk takes slot (id & 1);
- * blocks of several run their copies-in ahead through the places of both slots.
+ * blocks of several run their copies-in ahead through the places of both slots (shm.h).
  *
  * On registered memory: every rank copies the others' send buffers straight into its receive
  * buffer (one copy of each block).
@@ -24,12 +24,15 @@
  * were no faster. Smaller blocks stay whole: 4 ranks, 512 KiB blocks, 182-209 us in one chunk,
  * 204-227 in two. Single-copy reads (process_vm_readv), which took blocks of more than 512 KiB
  * before, lost to these chunks at every size: the kernel's copy ran at 2-6 GB/s here, memcpy at
- * 14-37 (1-32 MiB), and 1 MiB blocks took 124-132 us read. */
+ * 14-37 (1-32 MiB), and 1 MiB blocks took 124-132 us read. Larger slots
+ * (CHORUS_SHM_SLOT_SIZE) do not make larger whole blocks: a whole block of 1 MiB was the slow
+ * case above. */
 #define CHUNK_BYTES (256u * 1024u)
+#define WHOLE_MAX_BYTES (2u * CHUNK_BYTES)
 
 static size_t chunk_elems(const chorus_task_t* t) {
   size_t slot = chorus__conn_shm_slot_bytes(t);
-  if (t->args.count * t->dtype_size <= slot / 2) return slot / t->dtype_size;
+  if (t->args.count * t->dtype_size <= chorus__min_sz(slot / 2, WHOLE_MAX_BYTES)) return slot / t->dtype_size;
   return chorus__min_sz(CHUNK_BYTES, slot) / t->dtype_size;
 }
 
@@ -82,26 +85,17 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
-/* Where the chunk of id `id` lies in local rank owner's slots: one of the places the two slots
- * hold (chorus__shm_pipe_places), by id. */
-static char* place_of(const chorus_task_t* t, const chorus_shm_op_t* s, int owner, uint64_t id) {
-  size_t place = (size_t)((id - 1) % chorus__shm_pipe_places(t, s));
-  return chorus__conn_shm_slot(t, owner, 0) + place * s->chunk_elems * t->dtype_size;
-}
-
-/* Stages this rank's chunks ahead of the one it copies out (s->k), into free places, as far as
- * there are places: s->stage counts the chunks staged past s->k. A place is free once every rank
- * has read the chunk that used it last, D chunks before (D places), and for the op's first D
- * chunks once every rank is done with the ops before this one (they may have used the slots
- * any way). */
+/* Stages this rank's chunks ahead of the one it copies out (s->k), into free places
+ * (chorus__shm_place_free), as far as there are places: s->stage counts the chunks staged past
+ * s->k. */
 static void stage_ahead(chorus_task_t* t, chorus_shm_op_t* s, chorus_status_t* st) {
   size_t places = chorus__shm_pipe_places(t, s), es = t->dtype_size;
   while (s->k + (size_t)s->stage < s->nchunks && (size_t)s->stage < places) {
     size_t j = s->k + (size_t)s->stage, first = j * s->chunk_elems;
-    uint64_t id = s->base + j + 1, want = j < places ? s->base : id - places;
-    if (want && !chorus__shm_all_reached(t, s, SHM_DONE, want, st)) return;
+    uint64_t id = s->base + j + 1;
+    if (!chorus__shm_place_free(t, s, j, st)) return;
     size_t m = chorus__min_sz(t->args.count - first, s->chunk_elems);
-    memcpy(place_of(t, s, s->me, id), (const char*)t->args.sendbuf + first * es, m * es);
+    memcpy(chorus__shm_place(t, s, s->me, id), (const char*)t->args.sendbuf + first * es, m * es);
     chorus__conn_shm_publish(t, SHM_ARRIVED, id);
     s->stage++;
     t->phase++;
@@ -118,13 +112,14 @@ static chorus_status_t progress_chunks(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus_status_t st = CHORUS_OK;
   while (s->k < s->nchunks) {
     stage_ahead(t, s, &st);
+    if (st < 0) return st;
     CHORUS_SHM_WAIT(s->stage > 0, st);
     uint64_t id = chorus__shm_id(s);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, block);
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
     for (int q = 0; q < t->nranks; q++) {
       char* dst = out + ((size_t)q * block + first) * es;
-      if (q != t->rank) chorus__shm_copy_out(s, dst, place_of(t, s, q, id), m * es);
+      if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__shm_place(t, s, q, id), m * es);
       else if (dst != in + first * es) chorus__shm_copy_out(s, dst, in + first * es, m * es); /* else in place */
     }
     chorus__conn_shm_publish(t, SHM_DONE, id);
@@ -140,6 +135,7 @@ static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size, block = t->args.count;
+  if (s->nchunks == 0) return CHORUS_OK; /* no elements: no id of its own to publish */
   if (s->nchunks == 1 && block * es <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2) return progress_ll(t, s);
   if (s->nchunks > 1) return progress_chunks(t, s);
   const char* in = t->args.sendbuf;
@@ -160,8 +156,9 @@ static chorus_status_t progress(chorus_task_t* t) {
 
 const chorus_algo_t chorus__algo_shm_allgather = {
     .name = "shm",
-    .desc = "same-host memory semantics: every rank stages its block once, in chunks of up to 256 KiB, every rank "
-            "copies all blocks out (registered memory: straight from the others' buffers)",
+    .desc = "same-host memory semantics: every rank stages its block once, every rank copies all blocks out (blocks "
+            "of more than 512 KiB, or half a slot, in 256 KiB chunks staged ahead through the places of both "
+            "slots; registered memory: straight from the others' buffers)",
     .coll = CH_COLL_ALLGATHER,
     .supported = supported,
     .cost_us = cost_us,

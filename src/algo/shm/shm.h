@@ -101,10 +101,10 @@ static inline void chorus__shm_op_setup(chorus_task_t* t, chorus_shm_op_t* s, in
  * chunk the reader starts only once the writer has copied all of it; in several, the two work on
  * successive chunks at once (2 ranks, 1 MiB reduce: 162-182 us against 225-261 in one chunk; a
  * 16 MiB broadcast in place, 1.3-1.4 ms in quarter slots against 1.5-1.6 in whole ones). Where
- * every rank both writes and reads (allreduce, allgather) or ranks outnumber cores, chunks this
- * small only add flag waits: 4 ranks on 2 cores, 256 KiB reduce, 280-360 us against 82-92;
- * 2-rank allreduce, 64 KiB, 15 against 9-10 (its chunks of 512 KiB are another matter:
- * allreduce.c, TWO_RANK_CHUNK_BYTES). */
+ * every rank both writes and reads or ranks outnumber cores, chunks this small only add flag
+ * waits: 4 ranks on 2 cores, 256 KiB reduce, 280-360 us against 82-92; 2-rank allreduce, 64 KiB,
+ * 15 against 9-10 (its chunks of 512 KiB are another matter: allreduce.c, TWO_RANK_CHUNK_BYTES;
+ * so are allgather's large blocks, in 256 KiB chunks through the places: allgather.c). */
 #define CHORUS_SHM_PIPE_CHUNKS 8u
 #define CHORUS_SHM_PIPE_MIN_BYTES (16u * 1024u)
 
@@ -116,9 +116,10 @@ static inline size_t chorus__shm_chunk_elems(const chorus_task_t* t, size_t byte
   return chorus__min_sz(chunk, slot / 4) / t->dtype_size;
 }
 
-/* A two-rank pipeline's writer uses its two slots as one ring of D = 2 slot / chunk places
- * (the chunk of id i at place (i - 1) mod D), so that it runs up to D chunks ahead of the reader
- * as a point-to-point message runs ahead through the rings: with only the two slots' places, the
+/* A two-rank pipeline's writer (and every rank of an allgather of large blocks: allgather.c) uses
+ * its two slots as one ring of D = 2 slot / chunk places (the chunk of id i at place
+ * (i - 1) mod D), so that it runs up to D chunks ahead of the readers as a point-to-point
+ * message runs ahead through the rings: with only the two slots' places, the
  * writer of a 1 MiB broadcast in 8 chunks waited for the reader at every other chunk (100-136
  * us in place, against 74-86 for a message). Places follow the id, not the chunk's index in its
  * op, so that calls back to back write other lines than the reader just read: writing the lines
@@ -132,15 +133,25 @@ static inline size_t chorus__shm_pipe_places(const chorus_task_t* t, const choru
   return places ? places : 1;
 }
 
-static inline char* chorus__shm_pipe_place(const chorus_task_t* t, const chorus_shm_op_t* s, int owner) {
-  size_t place = (size_t)((chorus__shm_id(s) - 1) % chorus__shm_pipe_places(t, s));
+/* Where the chunk of id `id` lies in local rank owner's slots. */
+static inline char* chorus__shm_place(const chorus_task_t* t, const chorus_shm_op_t* s, int owner, uint64_t id) {
+  size_t place = (size_t)((id - 1) % chorus__shm_pipe_places(t, s));
   return chorus__conn_shm_slot(t, owner, 0) + place * s->chunk_elems * t->dtype_size;
 }
 
-static inline int chorus__shm_pipe_place_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
+static inline char* chorus__shm_pipe_place(const chorus_task_t* t, const chorus_shm_op_t* s, int owner) {
+  return chorus__shm_place(t, s, owner, chorus__shm_id(s));
+}
+
+/* Whether chunk k of op s may be written to its place (the rule above). */
+static inline int chorus__shm_place_free(chorus_task_t* t, const chorus_shm_op_t* s, size_t k, chorus_status_t* st) {
   size_t places = chorus__shm_pipe_places(t, s);
-  uint64_t want = s->k < places ? s->base : chorus__shm_id(s) - places;
+  uint64_t want = k < places ? s->base : s->base + k + 1 - places;
   return want == 0 || chorus__shm_all_reached(t, s, SHM_DONE, want, st);
+}
+
+static inline int chorus__shm_pipe_place_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
+  return chorus__shm_place_free(t, s, s->k, st);
 }
 
 /* Where op s's current chunk lies in local rank owner's slot `which`. */
