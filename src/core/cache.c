@@ -13,7 +13,8 @@
  * broadcast plain 1.5-1.7x faster at 2 MiB (2.5 and 2 MiB touched), streaming ahead at 4 MiB.
  * 2 ranks (12 MiB): allreduce plain 1.3-2.1x faster from 1 to 4 MiB (8 MiB touched), level at 8
  * and 16 MiB; allgather and reduce_scatter of 8 MiB (12 MiB touched) 1.3x faster streaming in
- * one series (another read reduce_scatter the other way: within this machine's noise).
+ * one series (another read reduce_scatter the other way: within this machine's noise). Allgather
+ * no longer streams since its large blocks go through the slots in cached chunks (allgather.c).
  */
 #include "core/cache.h"
 
