@@ -16,9 +16,8 @@
 #include "algo/shm/shm.h"
 
 /* Blocks of more than WHOLE_MAX_BYTES (or half a slot) go in chunks of a quarter of the default
- * slot: a rank copies a
- * chunk out of a peer's slot while it is still in the peer's or the shared cache, and the slots'
- * places let it stage the next ones meanwhile. In whole 1 MiB slots a chunk was written out to
+ * slot: a rank copies a chunk out of a peer's slot while it is still in the peer's or the shared
+ * cache, and the slots' places let it stage the next ones meanwhile. In whole 1 MiB slots a chunk was written out to
  * memory before it was read back: 2 ranks, alternating (2026-12-06 16:30), 1 MiB blocks 190-250
  * us against 91-120 in 256 KiB chunks through two places (the point-to-point ring: 90-103), and
  * 86-93 through eight; 4 MiB blocks 913-1016 against 473-500 and 368-465; 128 and 64 KiB chunks
