@@ -108,9 +108,9 @@ static void task_finish(chorus_comm_t* comm, chorus_task_t* t, chorus_status_t s
   chorus__trace_finished(comm, t, st, now);
   if (t->on_done) t->on_done(t, st);
   __atomic_store_n(&t->status, st, __ATOMIC_RELEASE);
-  CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
-           (unsigned long long)t->seq, chorus_status_name(st),
-           (double)(chorus__now_ns() - t->post_ns) / 1e3);
+  if (!t->internal) /* as its start (coll/api.c) */
+    CH_DEBUG(COLL, comm->rank, "%s #%llu done: %s in %.1f us", chorus__coll_name(t->args.coll),
+             (unsigned long long)t->seq, chorus_status_name(st), (double)(chorus__now_ns() - t->post_ns) / 1e3);
   chorus_req_t* req = (chorus_req_t*)t;
   if (req->user_released) req_unlink_free(comm, req);
   wake_waiters(comm);
