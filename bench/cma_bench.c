@@ -7,8 +7,11 @@
  * median of the repetitions, one size after the other, the ways alternating:
  *   cma      process_vm_readv(owner, buffer) in one call (the kernel copies it once);
  *   cma-1M   the same, one call per 1 MiB piece (how a pipelined algorithm would issue it);
- *   staged   what the shm algorithms do: the owner copies 1 MiB chunks into one of two shared
- *            slots, the reader copies each out (two copies, on two cores, pipelined).
+ *   staged   the owner copies 1 MiB chunks into one of two shared slots, the reader copies each
+ *            out (two copies, on two cores, pipelined): how the shm algorithms staged large
+ *            blocks until 2026-12-06 (allgather now stages 256 KiB chunks through eight places,
+ *            which beat these reads inside the collective: docs/sweep.md, "One host, 2026-12-06
+ *            evening").
  * Prints one line per size and way: time, GB/s, and for cma the ratio staged / cma (> 1: CMA
  * faster). Usage: chorus-cma-bench [max_bytes] [reps]
  */
