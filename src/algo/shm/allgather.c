@@ -85,6 +85,22 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
+/* Copies chunk `id` (m elements from element `first` of every block) into the output: the
+ * others' from their places (in_places) or their slot of the id's parity, this rank's from its
+ * send buffer (nothing in place, where the two are one). */
+static void copy_chunk_out(chorus_task_t* t, const chorus_shm_op_t* s, uint64_t id, size_t first, size_t m,
+                           int in_places) {
+  size_t es = t->dtype_size;
+  const char* mine = (const char*)t->args.sendbuf + first * es;
+  for (int q = 0; q < t->nranks; q++) {
+    char* dst = (char*)t->args.recvbuf + ((size_t)q * t->args.count + first) * es;
+    const char* src = q == t->rank ? mine
+                      : in_places  ? chorus__shm_place(t, s, q, id)
+                                   : chorus__shm_op_slot(t, s, q, (int)(id & 1));
+    if (dst != src) chorus__shm_copy_out(s, dst, src, m * es);
+  }
+}
+
 /* Stages this rank's chunks ahead of the one it copies out (s->k), into free places
  * (chorus__shm_place_free), as far as there are places: s->stage counts the chunks staged past
  * s->k. */
@@ -106,22 +122,14 @@ static void stage_ahead(chorus_task_t* t, chorus_shm_op_t* s, chorus_status_t* s
  * places of the two slots, so that a rank that is ahead does not wait for the others at every
  * chunk. Only ranks all past the last chunk return: the next op may write any of the places. */
 static chorus_status_t progress_chunks(chorus_task_t* t, chorus_shm_op_t* s) {
-  size_t es = t->dtype_size, block = t->args.count;
-  const char* in = t->args.sendbuf;
-  char* out = t->args.recvbuf;
   chorus_status_t st = CHORUS_OK;
   while (s->k < s->nchunks) {
     stage_ahead(t, s, &st);
     if (st < 0) return st;
     CHORUS_SHM_WAIT(s->stage > 0, st);
     uint64_t id = chorus__shm_id(s);
-    size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, block);
     CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-    for (int q = 0; q < t->nranks; q++) {
-      char* dst = out + ((size_t)q * block + first) * es;
-      if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__shm_place(t, s, q, id), m * es);
-      else if (dst != in + first * es) chorus__shm_copy_out(s, dst, in + first * es, m * es); /* else in place */
-    }
+    copy_chunk_out(t, s, id, s->k * s->chunk_elems, chorus__shm_chunk_len(s, t->args.count), 1);
     chorus__conn_shm_publish(t, SHM_DONE, id);
     s->k++;
     s->stage--;
@@ -138,17 +146,11 @@ static chorus_status_t progress(chorus_task_t* t) {
   if (s->nchunks == 0) return CHORUS_OK; /* no elements: no id of its own to publish */
   if (s->nchunks == 1 && block * es <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2) return progress_ll(t, s);
   if (s->nchunks > 1) return progress_chunks(t, s);
-  const char* in = t->args.sendbuf;
-  char* out = t->args.recvbuf;
   chorus_status_t st = CHORUS_OK;
-  if (s->stage == 0) CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, in, block * es, &st), st);
+  if (s->stage == 0) CHORUS_SHM_WAIT(chorus__shm_stage_in(t, s, t->args.sendbuf, block * es, &st), st);
   uint64_t id = chorus__shm_id(s);
   CHORUS_SHM_WAIT(chorus__shm_all_reached(t, s, SHM_ARRIVED, id, &st), st);
-  for (int q = 0; q < t->nranks; q++) {
-    char* dst = out + (size_t)q * block * es;
-    if (q != t->rank) chorus__shm_copy_out(s, dst, chorus__shm_op_slot(t, s, q, (int)(id & 1)), block * es);
-    else if (dst != in) chorus__shm_copy_out(s, dst, in, block * es); /* else in place */
-  }
+  copy_chunk_out(t, s, id, 0, block, 0);
   chorus__conn_shm_publish(t, SHM_DONE, id);
   s->k++;
   return CHORUS_OK;
