@@ -9,8 +9,9 @@
  * Each rank also publishes its pid and epoll wake-up eventfd in its doorbell line before it
  * answers, and once the verdict is in takes a copy of every local peer's (pidfd_getfd), so
  * that a peer can wake it while it sleeps in epoll on sockets and shared memory at once. It also
- * tries to read each peer's memory (process_vm_readv), and the leader gathers whether every rank
- * could: the single-copy paths of the same-host collectives need every pair.
+ * tries to read each peer's memory (process_vm_readv) and times the kernel's copy against memcpy,
+ * and the leader gathers whether every rank could and found it fast enough: the single-copy paths
+ * of the same-host collectives need every pair.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "transport/transport.h"
 
@@ -94,10 +96,54 @@ static int reads_every_peer(const chorus_transport_t* tp, int nlocal, int my_loc
   return 1;
 }
 
-/* Single-copy reads need every pair, and pay only while every rank has a CPU of its own (with
- * two ranks per CPU, the kernel's copies lost from 32 MiB on: docs/compare.md). The leader
- * gathers each rank's word and answers with the verdict, so that every rank of the host
- * chooses alike. */
+/* How fast the kernel copies here against memcpy, measured on this process's own memory (the
+ * same copy as a read of a peer's: 256 KiB took 9-11 us both ways on 2026-12-06): the best of
+ * READ_PROBE_REPS of each, READ_PROBE_BYTES at a time. Reads pay only on days the kernel's copy
+ * keeps up: a same-host broadcast read straight won 1.3-1.5x at 32-512 KiB on 2026-12-05 and
+ * 2-2.5x on 2026-12-06 evening (kernel copy at 1 MiB 1.8x memcpy's time), and lost 1.2-1.9x on
+ * the morning between (kernel copies at 2-6 GB/s, memcpy at 14-37). */
+#define READ_PROBE_BYTES (1u << 20)
+#define READ_PROBE_REPS 5
+#define READ_RATIO_MAX 3.0
+
+static double kernel_copy_ratio(double* copy_gbs, double* read_gbs) {
+  char* a = malloc(2 * (size_t)READ_PROBE_BYTES);
+  if (!a) return 0.0;
+  char* b = a + READ_PROBE_BYTES;
+  memset(a, 1, 2 * (size_t)READ_PROBE_BYTES);
+  uint64_t best_copy = UINT64_MAX, best_read = UINT64_MAX;
+  int read_failed = 0;
+  for (int i = 0; i < READ_PROBE_REPS; i++) {
+    uint64_t t0 = chorus__now_ns();
+    memcpy(b, a, READ_PROBE_BYTES);
+    __asm__ __volatile__("" ::"r"(b) : "memory"); /* the copy is not optimised away */
+    uint64_t t1 = chorus__now_ns();
+    struct iovec mine = {b, READ_PROBE_BYTES}, theirs = {a, READ_PROBE_BYTES};
+    if (process_vm_readv(getpid(), &mine, 1, &theirs, 1, 0) != (ssize_t)READ_PROBE_BYTES) read_failed = 1;
+    uint64_t t2 = chorus__now_ns();
+    if (t1 - t0 < best_copy) best_copy = t1 - t0;
+    if (t2 - t1 < best_read) best_read = t2 - t1;
+  }
+  free(a);
+  if (read_failed || best_copy == 0 || best_read == 0) return 0.0;
+  *copy_gbs = (double)READ_PROBE_BYTES / (double)best_copy;
+  *read_gbs = (double)READ_PROBE_BYTES / (double)best_read;
+  return (double)best_read / (double)best_copy;
+}
+
+/* mode 1 (CHORUS_SHM_SINGLE_COPY's default): whether the kernel's copy is fast enough here; 2:
+ * reads wherever they work, whatever the speed. */
+static int reads_pay(const chorus_transport_t* tp, int mode) {
+  if (mode >= 2) return 1;
+  double copy_gbs = 0, read_gbs = 0, ratio = kernel_copy_ratio(&copy_gbs, &read_gbs);
+  int pays = ratio > 0 && ratio <= READ_RATIO_MAX;
+  CH_INFO(INIT, tp->rank, "kernel copy %.1f GB/s, memcpy %.1f GB/s (%u KiB): single-copy reads %s", read_gbs,
+          copy_gbs, READ_PROBE_BYTES >> 10, pays ? "pay" : "do not pay");
+  return pays;
+}
+
+/* Single-copy reads need every pair. The leader gathers each rank's word and answers with the
+ * verdict, so that every rank of the host chooses alike. */
 static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, int nlocal, int my_local,
                                       int32_t all, uint64_t deadline) {
   chorus_status_t st = CHORUS_OK;
@@ -107,8 +153,6 @@ static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, 
       st = chorus__sock_read_all(peer_fd(tp, local[i]), &theirs, sizeof(theirs), deadline);
       all = all && theirs;
     }
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus > 0 && nlocal > cpus) all = 0;
     for (int i = 1; i < nlocal && st >= 0; i++) st = chorus__sock_write_all(peer_fd(tp, local[i]), &all, sizeof(all), deadline);
   } else {
     st = chorus__sock_write_all(peer_fd(tp, local[0]), &all, sizeof(all), deadline);
@@ -182,7 +226,11 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
   take_wakefds(tp, nlocal, my_local);
-  st = agree_on_reads(tp, local, nlocal, my_local, single_copy && reads_every_peer(tp, nlocal, my_local), deadline_ns);
+  /* Reads pay only while every rank has a CPU of its own (with two ranks per CPU, the kernel's
+   * copies lost from 32 MiB on: docs/compare.md). */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int could_read = single_copy && (cpus <= 0 || nlocal <= cpus) && reads_every_peer(tp, nlocal, my_local);
+  st = agree_on_reads(tp, local, nlocal, my_local, could_read && reads_pay(tp, single_copy), deadline_ns);
   if (st < 0) return st; /* the communicator fails: its destroy releases all of it */
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
   tp->shm_all_local = nlocal == tp->nranks;

@@ -1,12 +1,14 @@
 #!/bin/bash
 # test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
-# with a CPU per rank, every rank of the host turns them on, and broadcasts at the sizes that
-# take them (up to 512 KiB, larger than a slot: 64 KiB slots here) and around them give
-# bitwise-checked results, out of place and in place, from either root (and the other
-# collectives, which stage, beside them);
-# CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all (the ranks agree, so they still
-# choose alike and the job runs); a rank killed while the other reads its buffers ends the
-# other's call with an error naming it; with more ranks than CPUs they are off.
+# with a CPU per rank and CHORUS_SHM_SINGLE_COPY=2 (reads whatever the kernel's speed, so that the
+# test does not depend on the day's), every rank of the host turns them on, and broadcasts at the
+# sizes that take them (more than 16 KiB up to 512 KiB) and around them give bitwise-checked
+# results, out of place and in place, from either root, with default and 64 KiB slots (and the
+# other collectives, which stage, beside them); by default every rank times the kernel's copy,
+# logs it, and the ranks agree; CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all
+# (the ranks agree, so they still choose alike and the job runs); a rank killed while the other
+# reads its buffers ends the other's call with an error naming it; with more ranks than CPUs they
+# are off, even forced.
 source "$(dirname "$0")/lib.sh"
 RUN=${1:?usage: test_single_copy.sh CHORUS_RUN CHORUS_PERF}
 PERF=${2:?missing CHORUS_PERF}
@@ -20,12 +22,13 @@ EOS
 chmod +x "$WRAP"
 
 # run NAME NRANKS ONE_RANK_SETS PERF_ARGS...: a checked chorus-perf job that must succeed
-# (JOB_SETS=VAR=VAL: a setting of every rank).
+# (JOB_SETS="VAR=VAL ...": settings of every rank).
 run() {
-  local name=$1 n=$2 one=$3
+  local name=$1 n=$2 one=$3 sets=() set
   shift 3
+  for set in ${JOB_SETS:-CHORUS_TEST_UNUSED=1}; do sets+=(-x "$set"); done
   timeout -s KILL 120 "$RUN" --timeout 110 -n "$n" -x CHORUS_LOG_LEVEL=info -x ONE_RANK_SETS="$one" \
-    -x "${JOB_SETS:-CHORUS_TEST_UNUSED=1}" "$WRAP" \
+    "${sets[@]}" "$WRAP" \
     "$PERF" "$@" -n 2 -w 1 -c 1 >"$TMP/$name.out" 2>&1 || fail "$name: the job failed ($?): $(tail -n 5 "$TMP/$name.out")"
   grep -q "^# Wrong elements : 0 OK" "$TMP/$name.out" || fail "$name: wrong results: $(tail -n 5 "$TMP/$name.out")"
 }
@@ -38,24 +41,33 @@ reads() {
 }
 
 cpus=$(nproc)
+FORCE=CHORUS_SHM_SINGLE_COPY=2
 if ((cpus >= 2)); then
   SLOTS=CHORUS_SHM_SLOT_SIZE=65536
-  JOB_SETS=$SLOTS run bc 2 "" broadcast -b 4K -e 2M -f 2
+  JOB_SETS="$SLOTS $FORCE" run bc 2 "" broadcast -b 4K -e 2M -f 2
   reads bc on 2
-  JOB_SETS=$SLOTS run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
-  # Either side of the slot (64 KiB) and of the 512 KiB bound.
-  JOB_SETS=$SLOTS run bc_bounds_int8 2 "" broadcast -b 60K -e 68K -i 1K -d int8
-  JOB_SETS=$SLOTS run bc_bounds 2 "" broadcast -b 508K -e 516K -i 4K -r 1
-  run bc_default_slots 2 "" broadcast -b 4K -e 2M -f 2
-  run ag 2 "" allgather -b 8K -e 64M -f 4
-  run a2a 2 "" alltoall -b 8K -e 64M -f 4 -p 1
-  ok "2 ranks: single-copy reads on; broadcast 4 KiB - 2 MiB (64 KiB and default slots) checked in and out of place, from either root and either side of both bounds; allgather (out of place) and alltoall (in place) 8 KiB - 64 MiB beside them"
-  JOB_SETS=$SLOTS run bc_one_off 2 CHORUS_SHM_SINGLE_COPY=0 broadcast -b 64K -e 1M -f 2
+  JOB_SETS="$SLOTS $FORCE" run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
+  # Either side of the 16 KiB and 512 KiB bounds and of the slot (64 KiB).
+  JOB_SETS=$FORCE run bc_bounds_16k 2 "" broadcast -b 16380 -e 16388 -i 4 -d int8 -r 1
+  JOB_SETS="$SLOTS $FORCE" run bc_bounds_int8 2 "" broadcast -b 60K -e 68K -i 1K -d int8
+  JOB_SETS="$SLOTS $FORCE" run bc_bounds 2 "" broadcast -b 508K -e 516K -i 4K -r 1
+  JOB_SETS=$FORCE run bc_default_slots 2 "" broadcast -b 4K -e 2M -f 2 -p 1
+  JOB_SETS=$FORCE run ag 2 "" allgather -b 8K -e 64M -f 4
+  JOB_SETS=$FORCE run a2a 2 "" alltoall -b 8K -e 64M -f 4 -p 1
+  ok "2 ranks, CHORUS_SHM_SINGLE_COPY=2: single-copy reads on; broadcast 4 KiB - 2 MiB (64 KiB and default slots) checked in and out of place, from either root and either side of every bound; allgather (out of place) and alltoall (in place) 8 KiB - 64 MiB beside them"
+  # By default each rank times the kernel's copy against memcpy; the ranks agree on the verdict.
+  run bc_measured 2 "" broadcast -b 8K -e 1M -f 4
+  n=$(grep -cE "kernel copy [0-9.]+ GB/s, memcpy [0-9.]+ GB/s \(1024 KiB\): single-copy reads (pay|do not pay)\$" "$TMP/bc_measured.out")
+  [ "$n" = 2 ] || fail "bc_measured: $n of 2 ranks logged their kernel copy's speed: $(grep 'kernel copy' "$TMP/bc_measured.out")"
+  verdict=$(grep -oE "single-copy reads (on|off)\$" "$TMP/bc_measured.out" | sort -u)
+  [ "$(echo "$verdict" | wc -l)" = 1 ] || fail "bc_measured: the ranks disagree: $verdict"
+  ok "by default: both ranks timed the kernel's copy ($(grep -oE 'kernel copy [0-9.]+ GB/s, memcpy [0-9.]+ GB/s' "$TMP/bc_measured.out" | head -n 1)) and agreed (${verdict#single-copy }), results checked"
+  JOB_SETS="$SLOTS $FORCE" run bc_one_off 2 CHORUS_SHM_SINGLE_COPY=0 broadcast -b 64K -e 1M -f 2
   reads bc_one_off off 2
   ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"
   # A root killed while the other reads its buffer: the survivor fails with an error status
   # within seconds (a read of a process that is gone, or its flags that stop), never hangs.
-  "$RUN" --prefix --term-delay 8 --grace 2 --timeout 60 -n 2 -x CHORUS_TIMEOUT_SEC=20 -x "$SLOTS" \
+  "$RUN" --prefix --term-delay 8 --grace 2 --timeout 60 -n 2 -x CHORUS_TIMEOUT_SEC=20 -x "$FORCE" \
     "$PERF" broadcast -b 256K -e 256K -r 1 -n 100000000 -w 1 -c 0 >"$TMP/kill.out" 2>&1 &
   job=$!
   CLEANUP_PIDS+=($job)
@@ -83,8 +95,8 @@ else
   ok "1 CPU: the 2-rank cases need 2 (skipped)"
 fi
 n=$((cpus + 1))
-run over $n "" allgather -b 8K -e 1M -f 8
+JOB_SETS=$FORCE run over $n "" allgather -b 8K -e 1M -f 8
 reads over off $n
-JOB_SETS=CHORUS_SHM_SLOT_SIZE=65536 run over_bc $n "" broadcast -b 8K -e 1M -f 8 -p 1
-ok "$n ranks on $cpus CPUs: single-copy reads off, results checked"
+JOB_SETS="CHORUS_SHM_SLOT_SIZE=65536 $FORCE" run over_bc $n "" broadcast -b 8K -e 1M -f 8 -p 1
+ok "$n ranks on $cpus CPUs, CHORUS_SHM_SINGLE_COPY=2: single-copy reads off, results checked"
 done_testing

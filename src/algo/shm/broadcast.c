@@ -26,8 +26,8 @@
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
- * reads), where that beats the pipeline (up to 512 KiB, when the slots are smaller than the
- * call). There the root waits for every copy, since they read its buffer.
+ * reads), for calls of 16-512 KiB where the kernel's copy was measured fast enough (below). There
+ * the root waits for every copy, since they read its buffer.
  */
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
@@ -42,11 +42,22 @@
  * each call alone (-B 1), 32-64 KiB 6.0-8.0 -> 3.3-5.8 us, 128-512 KiB level within the noise. */
 #define STAGED_MAX_BYTES (512u * 1024u)
 
-/* Above that, the other ranks read the root's buffer with process_vm_readv instead of a staged
- * pipeline up to 512 KiB: there only when the slots are set smaller than the call (2 ranks,
- * alternating (docs/compare.md), 2026-12-05: 8-512 KiB 1.3-1.7x faster than the pipeline, 1
- * MiB 0.75x). */
+/* Where the host's ranks read each other's memory with process_vm_readv and found the kernel's
+ * copy fast enough at creation (transport/shm_setup.c), the other ranks read calls of more than
+ * SINGLE_COPY_MIN_BYTES up to SINGLE_COPY_MAX_BYTES straight from the root's buffer: one copy
+ * instead of the root's into its slot and theirs out of it. 2 ranks, medians of 6 alternating
+ * launches (2026-12-06 evening, docs/sweep.md), read against staged, us: 32 KiB 2.5 - 4.3 alone
+ * (-B 1), 2.5 - 2.7 back to back; 128 KiB 6.7 - 15.6 and 6.6 - 9.2; 512 KiB 23 - 59 and 24 - 43;
+ * at 16 KiB 1.7 - 2.7 alone but 1.7 - 1.5 back to back. Above 512 KiB the two-rank pipeline
+ * (1 MiB in place 78-81 us against 120 read; out of place the reads won, 70 against 109, since
+ * the pipeline's root copies its own output after its last chunk, but only the root knows
+ * whether its call is in place, and every rank must choose alike). */
+#define SINGLE_COPY_MIN_BYTES (16u * 1024u)
 #define SINGLE_COPY_MAX_BYTES (512u * 1024u)
+
+static int single_copy_pays(const chorus_task_t* t, size_t bytes) {
+  return bytes > SINGLE_COPY_MIN_BYTES && bytes <= SINGLE_COPY_MAX_BYTES && chorus__conn_cma_avail(t);
+}
 
 static int staged_whole(const chorus_task_t* t, size_t bytes) {
   return bytes <= STAGED_MAX_BYTES && bytes <= chorus__conn_shm_slot_bytes(t);
@@ -54,10 +65,6 @@ static int staged_whole(const chorus_task_t* t, size_t bytes) {
 
 /* Two ranks past the staged sizes: the root writes chunk k + 1 while the other copies chunk k. */
 static int pipelined(const chorus_task_t* t, size_t bytes) { return t->nranks == 2 && !staged_whole(t, bytes); }
-
-static int single_copy_pays(const chorus_task_t* t, size_t bytes) {
-  return !staged_whole(t, bytes) && bytes <= SINGLE_COPY_MAX_BYTES && chorus__conn_cma_avail(t);
-}
 
 static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t); }
 
