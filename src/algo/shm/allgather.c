@@ -9,7 +9,9 @@
  * blocks of several run their copies-in ahead through the places of both slots (shm.h).
  *
  * On registered memory: every rank copies the others' send buffers straight into its receive
- * buffer (one copy of each block).
+ * buffer (one copy of each block). The same with single-copy reads (process_vm_readv) of blocks
+ * of more than 512 KiB, where the host's kernel copy was measured fast enough at creation
+ * (transport/shm_setup.c): n S bytes instead of (n + 1) S.
  */
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
@@ -22,13 +24,25 @@
  * us against 91-120 in 256 KiB chunks through two places (the point-to-point ring: 90-103), and
  * 86-93 through eight; 4 MiB blocks 913-1016 against 473-500 and 368-465; 128 and 64 KiB chunks
  * were no faster. Smaller blocks stay whole: 4 ranks, 512 KiB blocks, 182-209 us in one chunk,
- * 204-227 in two. Single-copy reads (process_vm_readv), which took blocks of more than 512 KiB
- * before, lost to these chunks at every size: the kernel's copy ran at 2-6 GB/s here, memcpy at
- * 14-37 (1-32 MiB), and 1 MiB blocks took 124-132 us read. Larger slots
- * (CHORUS_SHM_SLOT_SIZE) do not make larger whole blocks: a whole block of 1 MiB was the slow
- * case above. */
+ * 204-227 in two. Larger slots (CHORUS_SHM_SLOT_SIZE) do not make larger whole blocks: a whole
+ * block of 1 MiB was the slow case above. */
 #define CHUNK_BYTES (256u * 1024u)
 #define WHOLE_MAX_BYTES (2u * CHUNK_BYTES)
+
+/* Blocks of more than SINGLE_COPY_ABOVE_BLOCK are read straight from the others' send buffers
+ * where the kernel's copy is fast enough (chorus__conn_cma_avail). Against the chunks above, 2
+ * ranks, medians of 5 alternating launches: on 2026-12-06 evening (kernel copy at 1 MiB 1.8x
+ * memcpy's time) 2 MiB blocks 188 against 219 us, 8 MiB 0.72 against 0.96 ms, 32 MiB 3.1
+ * against 4.1; that morning (kernel copies at 2-6 GB/s, memcpy at 14-37) the reads lost at every
+ * size, 1 MiB blocks 124-132 against 86-93 us. Smaller blocks paid the reads' round trip a call
+ * (the readers wait for the owner to enter, the owner for their reads) that staging does not:
+ * 2026-12-06 15:20, 8 KiB blocks 4.7-5.5 against 1.9-2.0 us staged, 512 KiB 43-51 against
+ * 39-45. */
+#define SINGLE_COPY_ABOVE_BLOCK (512u * 1024u)
+
+static int single_copy_pays(const chorus_task_t* t, size_t block) {
+  return block > SINGLE_COPY_ABOVE_BLOCK && chorus__conn_cma_avail(t);
+}
 
 static size_t chunk_elems(const chorus_task_t* t) {
   size_t slot = chorus__conn_shm_slot_bytes(t);
@@ -40,6 +54,7 @@ static int supported(const chorus_task_t* t) { return chorus__conn_shm_avail(t);
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t bytes = t->args.count * t->dtype_size;
+  if (single_copy_pays(t, bytes)) return chorus__shm_cost_us(cx, 2, 1, (double)t->nranks * (double)bytes);
   return chorus__shm_cost_us(cx, 2, chorus__div_up(t->args.count, chunk_elems(t)),
                              (double)((size_t)t->nranks + 1) * (double)bytes);
 }
@@ -55,6 +70,10 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t out = block * (size_t)t->nranks, touched = chorus__touched_bytes(t->args.sendbuf, block, t->args.recvbuf, out);
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, block, t->args.recvbuf, out))
     return chorus__shm_op_init(t, 1, 1, touched, 0);
+  if (single_copy_pays(t, block)) {
+    chorus__conn_cma_use(t, t->args.sendbuf, t->args.recvbuf);
+    return chorus__shm_op_init(t, 1, 1, touched, 0);
+  }
   return chorus__shm_op_init(t, t->args.count, chunk_elems(t), 0, block);
 }
 
@@ -64,6 +83,21 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
     char* dst = (char*)t->args.recvbuf + (size_t)q * block;
     const char* src = q == t->rank ? t->args.sendbuf : chorus__conn_zc_send(t, q);
     if (dst != src) chorus__shm_copy_out(s, dst, src, block); /* else in place */
+  }
+  return CHORUS_OK;
+}
+
+/* Each rank reads the others' blocks in turn from the next rank on, so that they do not all
+ * read one rank's pages at once. */
+static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t block = t->args.count * t->dtype_size;
+  char* out = t->args.recvbuf;
+  if (out + (size_t)t->rank * block != t->args.sendbuf) /* else in place */
+    chorus__shm_copy_out(s, out + (size_t)t->rank * block, t->args.sendbuf, block);
+  for (int i = 1; i < t->nranks; i++) {
+    int q = (t->rank + i) % t->nranks;
+    chorus_status_t st = chorus__conn_cma_read_send(t, q, 0, out + (size_t)q * block, block);
+    if (st < 0) return st;
   }
   return CHORUS_OK;
 }
@@ -140,6 +174,7 @@ static chorus_status_t progress_chunks(chorus_task_t* t, chorus_shm_op_t* s) {
 }
 
 static chorus_status_t progress(chorus_task_t* t) {
+  if (t->variant == CHORUS_VARIANT_CMA) return chorus__shm_zc_progress(t, single_copy);
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size, block = t->args.count;
@@ -160,7 +195,8 @@ const chorus_algo_t chorus__algo_shm_allgather = {
     .name = "shm",
     .desc = "same-host memory semantics: every rank stages its block once, every rank copies all blocks out (blocks "
             "of more than 512 KiB, or half a slot, in 256 KiB chunks staged ahead through the places of both "
-            "slots; registered memory: straight from the others' buffers)",
+            "slots; registered memory, and blocks of more than 512 KiB where the kernel's copy is fast: straight "
+            "from the others' buffers)",
     .coll = CH_COLL_ALLGATHER,
     .supported = supported,
     .cost_us = cost_us,

@@ -8,17 +8,44 @@
  * 2 flag waits per chunk + about 2 n B / memory bandwidth. In place it works as is: a rank
  * stages every piece of a chunk before it overwrites any of them.
  *
- * Only calls of up to STAGED_MAX_BYTES; above, the pairwise exchange. Single-copy reads
- * (process_vm_readv) of blocks of 512 KiB-32 MiB, which this file had until 2026-12-06, were
- * level with the pairwise exchange at 1-2 MiB blocks and 1.2-1.4x slower from 4 MiB blocks (2
- * ranks, 15 rounds, 16:58): the kernel's copy ran at 2-6 GB/s on the test machines, memcpy at
- * 14-37.
+ * With single-copy reads (process_vm_readv: every rank of the host can read the others' memory,
+ * has a CPU of its own, and found the kernel's copy fast enough at creation: transport/shm_setup.c),
+ * for blocks of 512 KiB-32 MiB, every rank copies its blocks straight from
+ * the others' send buffers (n B per rank). A rank that runs in
+ * place first copies its send buffer aside, as the others read it while it overwrites its blocks:
+ * every rank chooses alike whatever its layout. Registered memory takes the same paths: mapped
+ * reads of an in-place rank's buffer would need that copy too, in memory the others cannot map.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
+
+/* Blocks of more than 512 KiB are read straight. Smaller ones paid a round trip a call (the
+ * readers wait for the owner to enter, the owner for their reads) that staging (all blocks up
+ * to 64 KiB) and the pairwise exchange above do not: 2 ranks back to back, alternating
+ * (2026-12-06 15:25), 8 KiB blocks 4.9-5.4 us read straight against 2.0 staged (and pairwise),
+ * 16-64 KiB 5.8-12.3 against 5.1-7.4, 128-512 KiB level within the noise (10-54 against
+ * 12-47), 2 MiB 173-201 against 193-223 pairwise. Above, against the pairwise exchange, 2 ranks,
+ * calls of 2-32 MiB, medians of 5 alternating launches: 2026-12-06 evening (kernel copy at 1 MiB
+ * 1.8x memcpy's time) 0.78-0.81x its time; that afternoon (kernel copies at 2-6 GB/s, memcpy at
+ * 14-37) level at 1-2 MiB blocks and 1.2-1.4x slower from 4 MiB, which the kernel's speed, now
+ * timed at creation, turns the reads off for. */
+#define SINGLE_COPY_ABOVE_BLOCK (512u * 1024u)
+#define SINGLE_COPY_MAX_BLOCK (32u * 1024u * 1024u)
+
+/* The op, and where an in-place rank's send buffer is set aside for the single-copy reads (when
+ * the call starts, before it publishes: one posted behind another may be writing it until then). */
+typedef struct {
+  chorus_shm_op_t op; /* first: the shm helpers take the state as their op */
+  char* aside;
+} alltoall_state_t;
+
+static int single_copy_pays(const chorus_task_t* t, size_t block) {
+  return block > SINGLE_COPY_ABOVE_BLOCK && block <= SINGLE_COPY_MAX_BLOCK && chorus__conn_cma_avail(t);
+}
 
 /* Elements of each block a chunk takes: an n-th of the slot each. */
 static size_t chunk_elems(const chorus_task_t* t) {
@@ -33,19 +60,60 @@ static size_t chunk_elems(const chorus_task_t* t) {
 #define STAGED_MAX_BYTES (64u * 1024u)
 
 static int supported(const chorus_task_t* t) {
-  return chorus__conn_shm_avail(t) && t->args.count * t->dtype_size * (size_t)t->nranks <= STAGED_MAX_BYTES;
+  size_t block = t->args.count * t->dtype_size;
+  return chorus__conn_shm_avail(t) && (block * (size_t)t->nranks <= STAGED_MAX_BYTES || single_copy_pays(t, block));
 }
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  double all = (double)t->nranks * (double)(t->args.count * t->dtype_size);
+  size_t block = t->args.count * t->dtype_size;
+  double all = (double)t->nranks * (double)block;
+  if (single_copy_pays(t, block)) return chorus__shm_cost_us(cx, 2, 1, all);
   return chorus__shm_cost_us(cx, 2, chorus__div_up(t->args.count, chunk_elems(t)), 2.0 * all);
 }
 
 static chorus_status_t init(chorus_task_t* t) {
-  size_t all = t->args.count * t->dtype_size * (size_t)t->nranks;
+  size_t block = t->args.count * t->dtype_size, all = block * (size_t)t->nranks;
   size_t touched = chorus__touched_bytes(t->args.sendbuf, all, t->args.recvbuf, all);
   t->variant = CHORUS_VARIANT_STAGED;
-  return chorus__shm_op_init(t, t->args.count, chunk_elems(t), touched, all);
+  if (!single_copy_pays(t, block)) return chorus__shm_op_init(t, t->args.count, chunk_elems(t), touched, all);
+  alltoall_state_t* a = calloc(1, sizeof(*a));
+  if (!a) return CHORUS_ERR_NO_MEMORY;
+  const void* send = t->args.sendbuf;
+  if (send == t->args.recvbuf) {
+    a->aside = chorus__task_scratch(t, all);
+    if (!a->aside) {
+      free(a);
+      return CHORUS_ERR_NO_MEMORY;
+    }
+    send = a->aside;
+  }
+  chorus__conn_cma_use(t, send, t->args.recvbuf);
+  chorus__shm_op_setup(t, &a->op, t->nranks, t->rank, 1, 1, touched, NULL);
+  t->state = a;
+  return CHORUS_OK;
+}
+
+static void fini(chorus_task_t* t) {
+  if (t->state && t->state != (void*)t->state_space) {
+    alltoall_state_t* a = t->state;
+    chorus__task_scratch_free(t, a->aside);
+    free(a);
+  }
+  t->state = NULL;
+}
+
+/* Block q of the receive buffer comes from rank q's send buffer, its block for this rank: read
+ * with process_vm_readv, from the next rank on (so that not all read one rank first). */
+static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
+  size_t block = t->args.count * t->dtype_size, mine = (size_t)t->rank * block;
+  char* out = t->args.recvbuf;
+  if (out != t->args.sendbuf) chorus__shm_copy_out(s, out + mine, (const char*)t->args.sendbuf + mine, block);
+  for (int i = 1; i < t->nranks; i++) {
+    int q = (t->rank + i) % t->nranks;
+    chorus_status_t st = chorus__conn_cma_read_send(t, q, mine, out + (size_t)q * block, block);
+    if (st < 0) return st;
+  }
+  return CHORUS_OK;
 }
 
 /* Copies piece q of the chunk (m elements of each block from element first) into place q. */
@@ -60,6 +128,13 @@ static int stage_in(chorus_task_t* t, chorus_shm_op_t* s, size_t first, size_t m
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;
+}
+
+/* An in-place rank's blocks for the others, copied aside before it publishes where they are. */
+static void set_aside(chorus_task_t* t, alltoall_state_t* a) {
+  size_t block = t->args.count * t->dtype_size;
+  for (int q = 0; q < t->nranks; q++) /* the others read only their blocks */
+    if (q != t->rank) memcpy(a->aside + (size_t)q * block, (const char*)t->args.sendbuf + (size_t)q * block, block);
 }
 
 /* All blocks together up to all of the LL buffers' 1 KiB: through them (ll.h). 2 ranks,
@@ -85,6 +160,11 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
 }
 
 static chorus_status_t progress(chorus_task_t* t) {
+  if (t->variant == CHORUS_VARIANT_CMA) {
+    alltoall_state_t* a = t->state;
+    if (a->aside && a->op.stage == 0) set_aside(t, a); /* stage 0 publishes in this very call */
+    return chorus__shm_zc_progress(t, single_copy);
+  }
   chorus_shm_op_t* s = t->state;
   size_t es = t->dtype_size, count = t->args.count;
   if (s->nchunks == 1 && count * es * (size_t)t->nranks <= CHORUS_SHM_LL_MAX_BYTES && t->nranks >= 2)
@@ -118,11 +198,12 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_alltoall = {
     .name = "shm",
     .desc = "same-host memory semantics: every rank stages its blocks once, each rank copies its block out of "
-            "every slot (calls of up to 64 KiB)",
+            "every slot (calls of up to 64 KiB; blocks of 512 KiB-32 MiB with a CPU per rank: read straight from "
+            "the others' buffers, process_vm_readv)",
     .coll = CH_COLL_ALLTOALL,
     .supported = supported,
     .cost_us = cost_us,
     .init = init,
     .progress = progress,
-    .fini = chorus__shm_op_fini,
+    .fini = fini,
 };
