@@ -10,7 +10,7 @@
  *
  * On registered memory: every rank copies the others' send buffers straight into its receive
  * buffer (one copy of each block). The same with single-copy reads (process_vm_readv) of blocks
- * of more than 512 KiB, where the host's kernel copy was measured fast enough at creation
+ * of 8 KiB and more, where the host's kernel copy was measured fast enough at creation
  * (transport/shm_setup.c): n S bytes instead of (n + 1) S.
  */
 #include "algo/algos.h"
@@ -29,19 +29,19 @@
 #define CHUNK_BYTES (256u * 1024u)
 #define WHOLE_MAX_BYTES (2u * CHUNK_BYTES)
 
-/* Blocks of more than SINGLE_COPY_ABOVE_BLOCK are read straight from the others' send buffers
- * where the kernel's copy is fast enough (chorus__conn_cma_avail). Against the chunks above, 2
- * ranks, medians of 5 alternating launches: on 2026-12-06 evening (kernel copy at 1 MiB 1.8x
- * memcpy's time) 2 MiB blocks 188 against 219 us, 8 MiB 0.72 against 0.96 ms, 32 MiB 3.1
- * against 4.1; that morning (kernel copies at 2-6 GB/s, memcpy at 14-37) the reads lost at every
- * size, 1 MiB blocks 124-132 against 86-93 us. Smaller blocks paid the reads' round trip a call
- * (the readers wait for the owner to enter, the owner for their reads) that staging does not:
- * 2026-12-06 15:20, 8 KiB blocks 4.7-5.5 against 1.9-2.0 us staged, 512 KiB 43-51 against
- * 39-45. */
-#define SINGLE_COPY_ABOVE_BLOCK (512u * 1024u)
+/* Blocks of SINGLE_COPY_MIN_BLOCK and more are read straight from the others' send buffers where
+ * the kernel's copy is fast enough (chorus__conn_cma_avail). 2 ranks, out of place, medians of 5
+ * alternating launches, read against staged: on 2026-12-06 evening (the kernel's copy of 1 MiB
+ * at 1.8x memcpy's time) 8 KiB blocks 1.83 against 2.39 us, 32 KiB 4.4 against 8.2, 128 KiB
+ * 10.8 against 18.6, 256 KiB 21.7 against 39.2, 512 KiB 71 against 89 (whole), 1 MiB 188
+ * against 219 (in chunks), 16 MiB 3.1 against 4.1 ms; 4 KiB blocks level. That afternoon (the kernel's
+ * copies at 2-6 GB/s, memcpy at 14-37) they lost at every size: 8 KiB blocks 4.7-5.5 against
+ * 1.9-2.0 us, 512 KiB 43-51 against 39-45, 1 MiB 124-132 against 86-93; so did they on
+ * 2026-11-30. On 2026-12-05 they won from 8 KiB blocks as this evening. */
+#define SINGLE_COPY_MIN_BLOCK (8u * 1024u)
 
 static int single_copy_pays(const chorus_task_t* t, size_t block) {
-  return block > SINGLE_COPY_ABOVE_BLOCK && chorus__conn_cma_avail(t);
+  return block >= SINGLE_COPY_MIN_BLOCK && chorus__conn_cma_avail(t);
 }
 
 static size_t chunk_elems(const chorus_task_t* t) {
@@ -195,7 +195,7 @@ const chorus_algo_t chorus__algo_shm_allgather = {
     .name = "shm",
     .desc = "same-host memory semantics: every rank stages its block once, every rank copies all blocks out (blocks "
             "of more than 512 KiB, or half a slot, in 256 KiB chunks staged ahead through the places of both "
-            "slots; registered memory, and blocks of more than 512 KiB where the kernel's copy is fast: straight "
+            "slots; registered memory, and blocks of 8 KiB and more where the kernel's copy is fast: straight "
             "from the others' buffers)",
     .coll = CH_COLL_ALLGATHER,
     .supported = supported,

@@ -200,7 +200,8 @@ const chorus_algo_t chorus__algo_shm_broadcast = {
     .name = "shm",
     .desc = "same-host memory semantics: the root stages each chunk once, every rank copies it out in parallel "
             "(up to 64 bytes in the root's LL lines; up to 512 KiB staged whole, the root returning once the others "
-            "entered; two ranks above: a pipeline of chunks)",
+            "entered; two ranks above: a pipeline of chunks; 16-512 KiB read straight from the root's buffer where the "
+            "kernel's copy is fast)",
     .coll = CH_COLL_BROADCAST,
     .supported = supported,
     .cost_us = cost_us,
