@@ -3,8 +3,8 @@
 # with a CPU per rank and CHORUS_SHM_SINGLE_COPY=2 (reads whatever the kernel's speed, so that the
 # test does not depend on the day's), every rank of the host turns them on, and broadcasts at the
 # sizes that take them (more than 16 KiB up to 512 KiB) and around them give bitwise-checked
-# results, out of place and in place, from either root, with default and 64 KiB slots (and the
-# other collectives, which stage, beside them); by default every rank times the kernel's copy,
+# results, out of place and in place, from either root, with default and 64 KiB slots, and so do
+# allgather and alltoall from 8 KiB blocks; by default every rank times the kernel's copy,
 # logs it, and the ranks agree; CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all
 # (the ranks agree, so they still choose alike and the job runs); a rank killed while the other
 # reads its buffers ends the other's call with an error naming it; with more ranks than CPUs they
@@ -54,7 +54,11 @@ if ((cpus >= 2)); then
   JOB_SETS=$FORCE run bc_default_slots 2 "" broadcast -b 4K -e 2M -f 2 -p 1
   JOB_SETS=$FORCE run ag 2 "" allgather -b 8K -e 64M -f 4
   JOB_SETS=$FORCE run a2a 2 "" alltoall -b 8K -e 64M -f 4 -p 1
-  ok "2 ranks, CHORUS_SHM_SINGLE_COPY=2: single-copy reads on; broadcast 4 KiB - 2 MiB (64 KiB and default slots) checked in and out of place, from either root and either side of every bound; allgather (out of place) and alltoall (in place) 8 KiB - 64 MiB beside them"
+  # Either side of the 8 KiB blocks from which allgather and alltoall read (2 blocks a call).
+  JOB_SETS=$FORCE run ag_bounds 2 "" allgather -b 16376 -e 16392 -i 8 -d int8
+  JOB_SETS=$FORCE run a2a_bounds 2 "" alltoall -b 16376 -e 16392 -i 8 -d int8
+  JOB_SETS=$FORCE run a2a_bounds_inplace 2 "" alltoall -b 16376 -e 16392 -i 8 -d int8 -p 1
+  ok "2 ranks, CHORUS_SHM_SINGLE_COPY=2: single-copy reads on; broadcast 4 KiB - 2 MiB (64 KiB and default slots) checked in and out of place, from either root and either side of every bound; allgather (out of place) and alltoall (in place) 8 KiB - 64 MiB, both either side of 8 KiB blocks"
   # By default each rank times the kernel's copy against memcpy; the ranks agree on the verdict.
   run bc_measured 2 "" broadcast -b 8K -e 1M -f 4
   n=$(grep -cE "kernel copy [0-9.]+ GB/s, memcpy [0-9.]+ GB/s \(1024 KiB\): single-copy reads (pay|do not pay)\$" "$TMP/bc_measured.out")

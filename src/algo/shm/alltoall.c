@@ -10,7 +10,7 @@
  *
  * With single-copy reads (process_vm_readv: every rank of the host can read the others' memory,
  * has a CPU of its own, and found the kernel's copy fast enough at creation: transport/shm_setup.c),
- * for blocks of 8 KiB-32 MiB, every rank copies its blocks straight from
+ * for blocks of 8 KiB and more, every rank copies its blocks straight from
  * the others' send buffers (n B per rank). A rank that runs in
  * place first copies its send buffer aside, as the others read it while it overwrites its blocks:
  * every rank chooses alike whatever its layout. Registered memory takes the same paths: mapped
@@ -23,7 +23,7 @@
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* Blocks of SINGLE_COPY_MIN_BLOCK to SINGLE_COPY_MAX_BLOCK are read straight where the kernel's
+/* Blocks of SINGLE_COPY_MIN_BLOCK and more are read straight where the kernel's
  * copy is fast enough (chorus__conn_cma_avail). 2 ranks, out of place, medians of 5 alternating
  * launches, read against what the call took without them (staged up to 64 KiB calls, the
  * pairwise exchange above): on 2026-12-06 evening (the kernel's copy of 1 MiB at 1.8x memcpy's
@@ -31,9 +31,10 @@
  * KiB 19.4 against 42.9, 512 KiB 72 against 114, 1-16 MiB 0.78-0.81x the pairwise exchange's
  * time. That afternoon (the kernel's copies at 2-6 GB/s, memcpy at 14-37) they lost: 8 KiB
  * blocks 4.9-5.4 us against 2.0 staged, 16-64 KiB 5.8-12.3 against 5.1-7.4, and from 4 MiB
- * blocks 1.2-1.4x the pairwise exchange's time. */
+ * blocks 1.2-1.4x the pairwise exchange's time. Blocks of 128 MiB (where a bound of 32 MiB, from
+ * when ranks that shared a CPU read too, stopped them until then): 43.7 against 55.6-61.0 ms out
+ * of place, 48.2 against 57.0-57.8 in place. */
 #define SINGLE_COPY_MIN_BLOCK (8u * 1024u)
-#define SINGLE_COPY_MAX_BLOCK (32u * 1024u * 1024u)
 
 /* The op, and where an in-place rank's send buffer is set aside for the single-copy reads (when
  * the call starts, before it publishes: one posted behind another may be writing it until then). */
@@ -43,7 +44,7 @@ typedef struct {
 } alltoall_state_t;
 
 static int single_copy_pays(const chorus_task_t* t, size_t block) {
-  return block >= SINGLE_COPY_MIN_BLOCK && block <= SINGLE_COPY_MAX_BLOCK && chorus__conn_cma_avail(t);
+  return block >= SINGLE_COPY_MIN_BLOCK && chorus__conn_cma_avail(t);
 }
 
 /* Elements of each block a chunk takes: an n-th of the slot each. */
@@ -197,7 +198,7 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_alltoall = {
     .name = "shm",
     .desc = "same-host memory semantics: every rank stages its blocks once, each rank copies its block out of "
-            "every slot (calls of up to 64 KiB; blocks of 8 KiB-32 MiB with a CPU per rank and a fast kernel copy: "
+            "every slot (calls of up to 64 KiB; blocks of 8 KiB and more with a CPU per rank and a fast kernel copy: "
             "read straight from the others' buffers, process_vm_readv)",
     .coll = CH_COLL_ALLTOALL,
     .supported = supported,
