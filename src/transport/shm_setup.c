@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,11 +132,23 @@ static double kernel_copy_ratio(double* copy_gbs, double* read_gbs) {
   return (double)best_read / (double)best_copy;
 }
 
+/* Timed once per process (the first communicator that can read): the speeds belong to the
+ * machine, and a job that creates many communicators (a split per group) pays once. */
+static struct {
+  pthread_once_t once;
+  double ratio, copy_gbs, read_gbs;
+} kernel_copy = {PTHREAD_ONCE_INIT, 0, 0, 0};
+
+static void time_kernel_copy(void) {
+  kernel_copy.ratio = kernel_copy_ratio(&kernel_copy.copy_gbs, &kernel_copy.read_gbs);
+}
+
 /* mode 1 (CHORUS_SHM_SINGLE_COPY's default): whether the kernel's copy is fast enough here; 2:
  * reads wherever they work, whatever the speed. */
 static int reads_pay(const chorus_transport_t* tp, int mode) {
   if (mode >= 2) return 1;
-  double copy_gbs = 0, read_gbs = 0, ratio = kernel_copy_ratio(&copy_gbs, &read_gbs);
+  pthread_once(&kernel_copy.once, time_kernel_copy);
+  double copy_gbs = kernel_copy.copy_gbs, read_gbs = kernel_copy.read_gbs, ratio = kernel_copy.ratio;
   int pays = ratio > 0 && ratio <= READ_RATIO_MAX;
   CH_INFO(INIT, tp->rank, "kernel copy %.1f GB/s, memcpy %.1f GB/s (%u KiB): single-copy reads %s", read_gbs,
           copy_gbs, READ_PROBE_BYTES >> 10, pays ? "pay" : "do not pay");
