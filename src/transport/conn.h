@@ -123,9 +123,11 @@ void chorus__conn_zc_publish(chorus_task_t* t);
 /* A local rank's send / receive buffer of the task, mapped in this process (after its ARRIVED). */
 char* chorus__conn_zc_send(chorus_task_t* t, int local);
 char* chorus__conn_zc_recv(chorus_task_t* t, int local);
-/* Single-copy reads of buffers that are not registered (process_vm_readv): 1 when every rank
- * of the host can read every other's memory, the host has a CPU for each, and
- * CHORUS_SHM_SINGLE_COPY allows it on every rank; alike on all of them (agreed at set-up). */
+/* Single-copy reads of buffers that are not registered (process_vm_readv): 1 when the
+ * communicator is one host's, every rank can read every other's memory and may run on a CPU of
+ * its own, and CHORUS_SHM_SINGLE_COPY allows it on every rank (at 1, only where every process
+ * timed the kernel's copy at most 2.5x memcpy's: transport/shm_setup.c); alike on all of them
+ * (agreed at set-up). */
 int chorus__conn_cma_avail(const chorus_task_t* t);
 /* Takes the single-copy variant for the task (t->variant CHORUS_VARIANT_CMA): t->zc holds this
  * rank's send and receive buffer addresses, published like the registered ones. */

@@ -84,8 +84,9 @@ typedef struct {
   size_t slot_bytes; /* each local rank owns two slots of this size */
   char* areas;       /* local rank r's control block and slots start at areas + r * area_bytes */
   size_t area_bytes;
-  /* Every local rank can read every other's memory with process_vm_readv, and the host has a
-   * CPU for each (agreed by all at set-up, so that all choose the single-copy paths alike). */
+  /* Every local rank can read every other's memory with process_vm_readv, the host has a CPU
+   * for each, and the kernel's copy is fast enough where CHORUS_SHM_SINGLE_COPY asks (agreed by
+   * all at set-up, so that all choose the single-copy paths alike: transport/shm_setup.c). */
   int cma;
 } chorus_shm_seg_t;
 

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -101,11 +102,12 @@ static int reads_every_peer(const chorus_transport_t* tp, int nlocal, int my_loc
  * same copy as a read of a peer's: 256 KiB took 9-11 us both ways on 2026-12-06): the best of
  * READ_PROBE_REPS of each, READ_PROBE_BYTES at a time. Reads pay only on days the kernel's copy
  * keeps up: a same-host broadcast read straight won 1.3-1.5x at 32-512 KiB on 2026-12-05 and
- * 2-2.5x on 2026-12-06 evening (kernel copy at 1 MiB 1.8x memcpy's time), and lost 1.2-1.9x on
- * the morning between (kernel copies at 2-6 GB/s, memcpy at 14-37). */
+ * 2-2.5x on 2026-12-06 evening (the kernel's copy of 1 MiB 1.8-2.0x memcpy's time, six timings),
+ * and lost 1.2-1.9x that afternoon (kernel copies at 2-6 GB/s, memcpy at 14-37: 2.3x at the
+ * least, in all likelihood more; no timing of this probe's own exists from such a day). */
 #define READ_PROBE_BYTES (1u << 20)
 #define READ_PROBE_REPS 5
-#define READ_RATIO_MAX 3.0
+#define READ_RATIO_MAX 2.5
 
 static double kernel_copy_ratio(double* copy_gbs, double* read_gbs) {
   char* a = malloc(2 * (size_t)READ_PROBE_BYTES);
@@ -153,6 +155,15 @@ static int reads_pay(const chorus_transport_t* tp, int mode) {
   CH_INFO(INIT, tp->rank, "kernel copy %.1f GB/s, memcpy %.1f GB/s (%u KiB): single-copy reads %s", read_gbs,
           copy_gbs, READ_PROBE_BYTES >> 10, pays ? "pay" : "do not pay");
   return pays;
+}
+
+/* The CPUs this process may run on (its affinity mask: taskset, a container's cpuset), or the
+ * online ones where the mask cannot be read. */
+static int usable_cpus(void) {
+  cpu_set_t own;
+  if (sched_getaffinity(0, sizeof(own), &own) == 0) return CPU_COUNT(&own);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? (int)online : 1;
 }
 
 /* Single-copy reads need every pair. The leader gathers each rank's word and answers with the
@@ -240,9 +251,9 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   tp->local_ranks = local;
   take_wakefds(tp, nlocal, my_local);
   /* Reads pay only while every rank has a CPU of its own (with two ranks per CPU, the kernel's
-   * copies lost from 32 MiB on: docs/compare.md). */
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  int could_read = single_copy && (cpus <= 0 || nlocal <= cpus) && reads_every_peer(tp, nlocal, my_local);
+   * copies lost from 32 MiB on: docs/compare.md), and serve only the one-host algorithms. */
+  int could_read = single_copy && nlocal == tp->nranks && nlocal <= usable_cpus() &&
+                   reads_every_peer(tp, nlocal, my_local);
   st = agree_on_reads(tp, local, nlocal, my_local, could_read && reads_pay(tp, single_copy), deadline_ns);
   if (st < 0) return st; /* the communicator fails: its destroy releases all of it */
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);

@@ -186,8 +186,9 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
                                               const uint8_t secret[16], uint64_t deadline_ns);
 /* Maps a shared segment with the other ranks of this host (`host`: their ranks in rank order,
  * me = this rank's index) and moves their traffic to it; falls back to TCP (with a warning)
- * when the segment cannot be made. single_copy: this rank allows reads of peers' memory
- * (seg.cma is set where every rank of the host allows and manages them). */
+ * when the segment cannot be made. single_copy: CHORUS_SHM_SINGLE_COPY of this rank (0: no
+ * reads of peers' memory; 1: where the kernel's copy is timed fast enough; 2: wherever they
+ * work); seg.cma is set where every rank of the host allows and manages them. */
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
                                             size_t slot_bytes, int single_copy, uint64_t deadline_ns);
 /* Maps this rank's part of the host's segment now rather than on first use (shm.h). */

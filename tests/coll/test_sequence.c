@@ -124,8 +124,9 @@ static void run_both(const plan_t* base, int nranks, const char* slot_bytes) {
   if (slot_bytes) unsetenv("CHORUS_SHM_SLOT_SIZE");
 }
 
-/* Two ranks have a CPU each here: single-copy reads (broadcasts of 16-512 KiB, allgather and
- * alltoall blocks of more than 512 KiB) whatever the kernel's speed, between the staged calls. */
+/* Two ranks have a CPU each here: single-copy reads (broadcasts of more than 16 KiB up to 512
+ * KiB, allgather and alltoall blocks of 8 KiB and more) whatever the kernel's speed, between the
+ * staged calls. */
 TEST_EX(two_ranks, 300, "full") {
   setenv("CHORUS_SHM_SINGLE_COPY", "2", 1);
   run_both(&kLong, 2, NULL);

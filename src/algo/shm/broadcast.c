@@ -26,8 +26,8 @@
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
- * reads), for calls of 16-512 KiB where the kernel's copy was measured fast enough (below). There
- * the root waits for every copy, since they read its buffer.
+ * reads), for calls of more than 16 KiB up to 512 KiB where the kernel's copy was measured fast
+ * enough (below). There the root waits for every copy, since they read its buffer.
  */
 #include "algo/algos.h"
 #include "algo/shm/ll.h"
@@ -200,8 +200,8 @@ const chorus_algo_t chorus__algo_shm_broadcast = {
     .name = "shm",
     .desc = "same-host memory semantics: the root stages each chunk once, every rank copies it out in parallel "
             "(up to 64 bytes in the root's LL lines; up to 512 KiB staged whole, the root returning once the others "
-            "entered; two ranks above: a pipeline of chunks; 16-512 KiB read straight from the root's buffer where the "
-            "kernel's copy is fast)",
+            "entered; two ranks above: a pipeline of chunks; more than 16 KiB up to 512 KiB read straight from the "
+            "root's buffer where the kernel's copy is fast)",
     .coll = CH_COLL_BROADCAST,
     .supported = supported,
     .cost_us = cost_us,
