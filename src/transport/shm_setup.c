@@ -157,29 +157,45 @@ static int reads_pay(const chorus_transport_t* tp, int mode) {
   return pays;
 }
 
-/* The CPUs this process may run on (its affinity mask: taskset, a container's cpuset), or the
- * online ones where the mask cannot be read. */
-static int usable_cpus(void) {
-  cpu_set_t own;
-  if (sched_getaffinity(0, sizeof(own), &own) == 0) return CPU_COUNT(&own);
+/* What a rank tells the leader: whether it can and would read, and the CPUs it may run on (its
+ * affinity mask: a launcher's pinning, taskset, a container's cpuset). */
+typedef struct {
+  int32_t reads;
+  cpu_set_t cpus;
+} read_word_t;
+
+static void my_cpus(cpu_set_t* cpus) {
+  CPU_ZERO(cpus);
+  if (sched_getaffinity(0, sizeof(*cpus), cpus) == 0) return;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 ? (int)online : 1;
+  for (long c = 0; c < (online > 0 ? online : 1) && c < CPU_SETSIZE; c++) CPU_SET((int)c, cpus);
 }
 
-/* Single-copy reads need every pair. The leader gathers each rank's word and answers with the
- * verdict, so that every rank of the host chooses alike. */
+/* Single-copy reads need every pair, and pay only while every rank has a CPU of its own (with
+ * two ranks per CPU, the kernel's copies lost from 32 MiB on: docs/compare.md): the ranks'
+ * CPUs together must number at least the ranks (a launcher that pins each rank to its own CPU
+ * leaves each a mask of one). The leader gathers each rank's word and answers with the verdict,
+ * so that every rank of the host chooses alike. */
 static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, int nlocal, int my_local,
-                                      int32_t all, uint64_t deadline) {
+                                      int32_t reads, uint64_t deadline) {
   chorus_status_t st = CHORUS_OK;
+  read_word_t mine;
+  memset(&mine, 0, sizeof(mine));
+  mine.reads = reads;
+  my_cpus(&mine.cpus);
+  int32_t all = reads;
   if (my_local == 0) {
+    cpu_set_t every = mine.cpus;
     for (int i = 1; i < nlocal && st >= 0; i++) {
-      int32_t theirs = 0;
+      read_word_t theirs;
       st = chorus__sock_read_all(peer_fd(tp, local[i]), &theirs, sizeof(theirs), deadline);
-      all = all && theirs;
+      all = all && theirs.reads;
+      CPU_OR(&every, &every, &theirs.cpus);
     }
+    if (CPU_COUNT(&every) < nlocal) all = 0;
     for (int i = 1; i < nlocal && st >= 0; i++) st = chorus__sock_write_all(peer_fd(tp, local[i]), &all, sizeof(all), deadline);
   } else {
-    st = chorus__sock_write_all(peer_fd(tp, local[0]), &all, sizeof(all), deadline);
+    st = chorus__sock_write_all(peer_fd(tp, local[0]), &mine, sizeof(mine), deadline);
     if (st >= 0) st = chorus__sock_read_all(peer_fd(tp, local[0]), &all, sizeof(all), deadline);
   }
   if (st < 0) snprintf(tp->err, sizeof(tp->err), "rank %d: a local peer left while setting up shared memory", tp->rank);
@@ -250,9 +266,10 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
   take_wakefds(tp, nlocal, my_local);
-  /* Reads pay only while every rank has a CPU of its own (with two ranks per CPU, the kernel's
-   * copies lost from 32 MiB on: docs/compare.md), and serve only the one-host algorithms. */
-  int could_read = single_copy && nlocal == tp->nranks && nlocal <= usable_cpus() &&
+  /* Reads serve only the one-host algorithms, and a host with fewer CPUs than ranks will not
+   * take them (agree_on_reads): no timing there. */
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int could_read = single_copy && nlocal == tp->nranks && (online <= 0 || nlocal <= online) &&
                    reads_every_peer(tp, nlocal, my_local);
   st = agree_on_reads(tp, local, nlocal, my_local, could_read && reads_pay(tp, single_copy), deadline_ns);
   if (st < 0) return st; /* the communicator fails: its destroy releases all of it */

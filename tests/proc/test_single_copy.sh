@@ -7,8 +7,8 @@
 # allgather and alltoall from 8 KiB blocks; by default every rank times the kernel's copy,
 # logs it, and the ranks agree; CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all
 # (the ranks agree, so they still choose alike and the job runs); a rank killed while the other
-# reads its buffers ends the other's call with an error naming it; with more ranks than CPUs they
-# are off, even forced.
+# reads its buffers ends the other's call with an error naming it; with more ranks than CPUs, or
+# the job confined to fewer CPUs than ranks, they are off, even forced.
 source "$(dirname "$0")/lib.sh"
 RUN=${1:?usage: test_single_copy.sh CHORUS_RUN CHORUS_PERF}
 PERF=${2:?missing CHORUS_PERF}
@@ -69,6 +69,13 @@ if ((cpus >= 2)); then
   JOB_SETS="$SLOTS $FORCE" run bc_one_off 2 CHORUS_SHM_SINGLE_COPY=0 broadcast -b 64K -e 1M -f 2
   reads bc_one_off off 2
   ok "CHORUS_SHM_SINGLE_COPY=0 on one rank: off on both, results checked"
+  # Both ranks confined to one CPU (the job under taskset): they would share it, so off, forced.
+  timeout -s KILL 120 taskset -c 0 "$RUN" --timeout 110 -n 2 -x CHORUS_LOG_LEVEL=info -x "$FORCE" \
+    "$PERF" allgather -b 8K -e 1M -f 8 -n 2 -w 1 -c 1 >"$TMP/one_cpu.out" 2>&1 ||
+    fail "one_cpu: the job failed: $(tail -n 5 "$TMP/one_cpu.out")"
+  grep -q "^# Wrong elements : 0 OK" "$TMP/one_cpu.out" || fail "one_cpu: wrong results: $(tail -n 5 "$TMP/one_cpu.out")"
+  reads one_cpu off 2
+  ok "2 ranks confined to one CPU (taskset -c 0), CHORUS_SHM_SINGLE_COPY=2: single-copy reads off, results checked"
   # A root killed while the other reads its buffer: the survivor fails with an error status
   # within seconds (a read of a process that is gone, or its flags that stop), never hangs.
   "$RUN" --prefix --term-delay 8 --grace 2 --timeout 60 -n 2 -x CHORUS_TIMEOUT_SEC=20 -x "$FORCE" \
