@@ -188,6 +188,7 @@ static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, 
     cpu_set_t every = mine.cpus;
     for (int i = 1; i < nlocal && st >= 0; i++) {
       read_word_t theirs;
+      memset(&theirs, 0, sizeof(theirs)); /* a failed read leaves it as it was */
       st = chorus__sock_read_all(peer_fd(tp, local[i]), &theirs, sizeof(theirs), deadline);
       all = all && theirs.reads;
       CPU_OR(&every, &every, &theirs.cpus);
