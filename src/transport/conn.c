@@ -445,6 +445,8 @@ char* chorus__conn_zc_recv(chorus_task_t* t, int local) { return zc_peer(t, loca
 
 int chorus__conn_cma_avail(const chorus_task_t* t) { return tp_of(t)->shm.cma; }
 
+int chorus__conn_cma_any_cpus(const chorus_task_t* t) { return tp_of(t)->shm.cma_any_cpus; }
+
 void chorus__conn_cma_use(chorus_task_t* t, const void* send, void* recv) {
   t->variant = CHORUS_VARIANT_CMA;
   t->zc[0] = (uint64_t)(uintptr_t)send;

@@ -129,6 +129,8 @@ char* chorus__conn_zc_recv(chorus_task_t* t, int local);
  * timed the kernel's copy at most 2.5x memcpy's: transport/shm_setup.c); alike on all of them
  * (agreed at set-up). */
 int chorus__conn_cma_avail(const chorus_task_t* t);
+/* The same whether or not every rank has a CPU of its own. */
+int chorus__conn_cma_any_cpus(const chorus_task_t* t);
 /* Takes the single-copy variant for the task (t->variant CHORUS_VARIANT_CMA): t->zc holds this
  * rank's send and receive buffer addresses, published like the registered ones. */
 void chorus__conn_cma_use(chorus_task_t* t, const void* send, void* recv);

@@ -88,6 +88,9 @@ typedef struct {
    * for each, and the kernel's copy is fast enough where CHORUS_SHM_SINGLE_COPY asks (agreed by
    * all at set-up, so that all choose the single-copy paths alike: transport/shm_setup.c). */
   int cma;
+  /* The same but for the CPUs: reads work and pay, and may be shared by ranks (the alltoall of
+   * large blocks takes them there too: algo/shm/alltoall.c). */
+  int cma_any_cpus;
 } chorus_shm_seg_t;
 
 /* Ring of the ordered pair (from -> to), local indices. */

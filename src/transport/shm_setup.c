@@ -171,11 +171,17 @@ static void my_cpus(cpu_set_t* cpus) {
   for (long c = 0; c < (online > 0 ? online : 1) && c < CPU_SETSIZE; c++) CPU_SET((int)c, cpus);
 }
 
-/* Single-copy reads need every pair, and pay only while every rank has a CPU of its own (with
- * two ranks per CPU, the kernel's copies lost from 32 MiB on: docs/compare.md): the ranks'
- * CPUs together must number at least the ranks (a launcher that pins each rank to its own CPU
- * leaves each a mask of one). The leader gathers each rank's word and answers with the verdict,
- * so that every rank of the host chooses alike. */
+/* The leader's verdict: reads work and pay on every rank (VERDICT_READS), and the ranks' CPUs
+ * together number at least the ranks (VERDICT_CPU_EACH; a launcher that pins each rank to its
+ * own CPU leaves each a mask of one). */
+#define VERDICT_READS 1
+#define VERDICT_CPU_EACH 2
+
+/* Single-copy reads need every pair, and pay for most calls only while every rank has a CPU of
+ * its own (with two ranks per CPU, the kernel's copies lost from 32 MiB on: docs/compare.md);
+ * the alltoall of large blocks gains from them even where ranks share CPUs (alltoall.c). The
+ * leader gathers each rank's word and answers with the verdict, so that every rank of the host
+ * chooses alike. */
 static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, int nlocal, int my_local,
                                       int32_t reads, uint64_t deadline) {
   chorus_status_t st = CHORUS_OK;
@@ -183,8 +189,9 @@ static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, 
   memset(&mine, 0, sizeof(mine));
   mine.reads = reads;
   my_cpus(&mine.cpus);
-  int32_t all = reads;
+  int32_t verdict = 0;
   if (my_local == 0) {
+    int32_t all = reads;
     cpu_set_t every = mine.cpus;
     for (int i = 1; i < nlocal && st >= 0; i++) {
       read_word_t theirs;
@@ -193,14 +200,16 @@ static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, 
       all = all && theirs.reads;
       CPU_OR(&every, &every, &theirs.cpus);
     }
-    if (CPU_COUNT(&every) < nlocal) all = 0;
-    for (int i = 1; i < nlocal && st >= 0; i++) st = chorus__sock_write_all(peer_fd(tp, local[i]), &all, sizeof(all), deadline);
+    verdict = (all ? VERDICT_READS : 0) | (CPU_COUNT(&every) >= nlocal ? VERDICT_CPU_EACH : 0);
+    for (int i = 1; i < nlocal && st >= 0; i++)
+      st = chorus__sock_write_all(peer_fd(tp, local[i]), &verdict, sizeof(verdict), deadline);
   } else {
     st = chorus__sock_write_all(peer_fd(tp, local[0]), &mine, sizeof(mine), deadline);
-    if (st >= 0) st = chorus__sock_read_all(peer_fd(tp, local[0]), &all, sizeof(all), deadline);
+    if (st >= 0) st = chorus__sock_read_all(peer_fd(tp, local[0]), &verdict, sizeof(verdict), deadline);
   }
   if (st < 0) snprintf(tp->err, sizeof(tp->err), "rank %d: a local peer left while setting up shared memory", tp->rank);
-  tp->shm.cma = st >= 0 && all;
+  tp->shm.cma_any_cpus = st >= 0 && (verdict & VERDICT_READS);
+  tp->shm.cma = tp->shm.cma_any_cpus && (verdict & VERDICT_CPU_EACH);
   return st;
 }
 
@@ -267,11 +276,8 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   tp->my_bell = chorus__shm_bell(&tp->shm, my_local);
   tp->local_ranks = local;
   take_wakefds(tp, nlocal, my_local);
-  /* Reads serve only the one-host algorithms, and a host with fewer CPUs than ranks will not
-   * take them (agree_on_reads): no timing there. */
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  int could_read = single_copy && nlocal == tp->nranks && (online <= 0 || nlocal <= online) &&
-                   reads_every_peer(tp, nlocal, my_local);
+  /* Reads serve only the one-host algorithms. */
+  int could_read = single_copy && nlocal == tp->nranks && reads_every_peer(tp, nlocal, my_local);
   st = agree_on_reads(tp, local, nlocal, my_local, could_read && reads_pay(tp, single_copy), deadline_ns);
   if (st < 0) return st; /* the communicator fails: its destroy releases all of it */
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
@@ -286,7 +292,8 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
     s->peer_wakefd = tp->local_wakefd ? tp->local_wakefd[i] : -1;
   }
   CH_INFO(INIT, tp->rank, "shared memory with %d local peer(s), rings of %zu bytes; single-copy reads %s", nlocal - 1,
-          tp->shm.ring_bytes, tp->shm.cma ? "on" : "off");
+          tp->shm.ring_bytes,
+          tp->shm.cma ? "on" : tp->shm.cma_any_cpus ? "for large alltoall blocks only (ranks share CPUs)" : "off");
   return CHORUS_OK;
 }
 

@@ -8,7 +8,8 @@
 # logs it, and the ranks agree; CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all
 # (the ranks agree, so they still choose alike and the job runs); a rank killed while the other
 # reads its buffers ends the other's call with an error naming it; with more ranks than CPUs, or
-# the job confined to fewer CPUs than ranks, they are off, even forced.
+# the job confined to fewer CPUs than ranks, only alltoall blocks of 16 KiB and more read, even
+# forced.
 source "$(dirname "$0")/lib.sh"
 RUN=${1:?usage: test_single_copy.sh CHORUS_RUN CHORUS_PERF}
 PERF=${2:?missing CHORUS_PERF}
@@ -42,6 +43,7 @@ reads() {
 
 cpus=$(nproc)
 FORCE=CHORUS_SHM_SINGLE_COPY=2
+SHARED="for large alltoall blocks only (ranks share CPUs)"
 if ((cpus >= 2)); then
   SLOTS=CHORUS_SHM_SLOT_SIZE=65536
   JOB_SETS="$SLOTS $FORCE" run bc 2 "" broadcast -b 4K -e 2M -f 2
@@ -74,8 +76,8 @@ if ((cpus >= 2)); then
     "$PERF" allgather -b 8K -e 1M -f 8 -n 2 -w 1 -c 1 >"$TMP/one_cpu.out" 2>&1 ||
     fail "one_cpu: the job failed: $(tail -n 5 "$TMP/one_cpu.out")"
   grep -q "^# Wrong elements : 0 OK" "$TMP/one_cpu.out" || fail "one_cpu: wrong results: $(tail -n 5 "$TMP/one_cpu.out")"
-  reads one_cpu off 2
-  ok "2 ranks confined to one CPU (taskset -c 0), CHORUS_SHM_SINGLE_COPY=2: single-copy reads off, results checked"
+  reads one_cpu "$SHARED" 2
+  ok "2 ranks confined to one CPU (taskset -c 0), CHORUS_SHM_SINGLE_COPY=2: single-copy reads for large alltoall blocks only, results checked"
   # A root killed while the other reads its buffer: the survivor fails with an error status
   # within seconds (a read of a process that is gone, or its flags that stop), never hangs.
   "$RUN" --prefix --term-delay 8 --grace 2 --timeout 60 -n 2 -x CHORUS_TIMEOUT_SEC=20 -x "$FORCE" \
@@ -107,7 +109,10 @@ else
 fi
 n=$((cpus + 1))
 JOB_SETS=$FORCE run over $n "" allgather -b 8K -e 1M -f 8
-reads over off $n
+reads over "$SHARED" $n
 JOB_SETS="CHORUS_SHM_SLOT_SIZE=65536 $FORCE" run over_bc $n "" broadcast -b 8K -e 1M -f 8 -p 1
-ok "$n ranks on $cpus CPUs, CHORUS_SHM_SINGLE_COPY=2: single-copy reads off, results checked"
+# Alltoall reads blocks of 16 KiB and more there: calls either side of it, out of place and in place.
+JOB_SETS=$FORCE run over_a2a $n "" alltoall -b 8K -e 16M -f 4
+JOB_SETS=$FORCE run over_a2a_inplace $n "" alltoall -b $((n * 16384 - 4 * n)) -e $((n * 16384 + 4 * n)) -i $((4 * n)) -p 1
+ok "$n ranks on $cpus CPUs, CHORUS_SHM_SINGLE_COPY=2: single-copy reads for alltoall blocks of 16 KiB and more only; allgather, broadcast and alltoall (either side of 16 KiB blocks, in place) checked"
 done_testing
