@@ -87,19 +87,9 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
-/* Each rank reads the others' blocks in turn from the next rank on, so that they do not all
- * read one rank's pages at once. */
+/* Every peer's send buffer is its block. */
 static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
-  size_t block = t->args.count * t->dtype_size;
-  char* out = t->args.recvbuf;
-  if (out + (size_t)t->rank * block != t->args.sendbuf) /* else in place */
-    chorus__shm_copy_out(s, out + (size_t)t->rank * block, t->args.sendbuf, block);
-  for (int i = 1; i < t->nranks; i++) {
-    int q = (t->rank + i) % t->nranks;
-    chorus_status_t st = chorus__conn_cma_read_send(t, q, 0, out + (size_t)q * block, block);
-    if (st < 0) return st;
-  }
-  return CHORUS_OK;
+  return chorus__shm_read_blocks(t, s, t->args.sendbuf, 0);
 }
 
 /* Blocks of up to all of the LL buffers' 1 KiB: through them (ll.h). 2 ranks, alternating 5

@@ -8,10 +8,10 @@
  * 2 flag waits per chunk + about 2 n B / memory bandwidth. In place it works as is: a rank
  * stages every piece of a chunk before it overwrites any of them.
  *
- * With single-copy reads (process_vm_readv: every rank of the host can read the others' memory,
- * has a CPU of its own, and found the kernel's copy fast enough at creation: transport/shm_setup.c),
- * for blocks of 8 KiB and more, every rank copies its blocks straight from
- * the others' send buffers (n B per rank). A rank that runs in
+ * With single-copy reads (process_vm_readv: every rank of the host can read the others' memory
+ * and found the kernel's copy fast enough at creation: transport/shm_setup.c), for blocks of 8
+ * KiB and more (16 KiB and more where ranks share CPUs), every rank copies its blocks straight
+ * from the others' send buffers (n B per rank). A rank that runs in
  * place first copies its send buffer aside, as the others read it while it overwrites its blocks:
  * every rank chooses alike whatever its layout. Registered memory takes the same paths: mapped
  * reads of an in-place rank's buffer would need that copy too, in memory the others cannot map.
@@ -110,18 +110,11 @@ static void fini(chorus_task_t* t) {
   t->state = NULL;
 }
 
-/* Block q of the receive buffer comes from rank q's send buffer, its block for this rank: read
- * with process_vm_readv, from the next rank on (so that not all read one rank first). */
+/* Block q of the receive buffer comes from rank q's send buffer (or what it set aside), its
+ * block for this rank. */
 static chorus_status_t single_copy(chorus_task_t* t, chorus_shm_op_t* s) {
-  size_t block = t->args.count * t->dtype_size, mine = (size_t)t->rank * block;
-  char* out = t->args.recvbuf;
-  if (out != t->args.sendbuf) chorus__shm_copy_out(s, out + mine, (const char*)t->args.sendbuf + mine, block);
-  for (int i = 1; i < t->nranks; i++) {
-    int q = (t->rank + i) % t->nranks;
-    chorus_status_t st = chorus__conn_cma_read_send(t, q, mine, out + (size_t)q * block, block);
-    if (st < 0) return st;
-  }
-  return CHORUS_OK;
+  size_t mine = (size_t)t->rank * t->args.count * t->dtype_size;
+  return chorus__shm_read_blocks(t, s, (const char*)t->args.sendbuf + mine, mine);
 }
 
 /* Copies piece q of the chunk (m elements of each block from element first) into place q. */
@@ -206,8 +199,8 @@ static chorus_status_t progress(chorus_task_t* t) {
 const chorus_algo_t chorus__algo_shm_alltoall = {
     .name = "shm",
     .desc = "same-host memory semantics: every rank stages its blocks once, each rank copies its block out of "
-            "every slot (calls of up to 64 KiB; blocks of 8 KiB and more with a CPU per rank and a fast kernel copy: "
-            "read straight from the others' buffers, process_vm_readv)",
+            "every slot (calls of up to 64 KiB; blocks of 8 KiB and more, 16 KiB where ranks share CPUs, with a fast "
+            "kernel copy: read straight from the others' buffers, process_vm_readv)",
     .coll = CH_COLL_ALLTOALL,
     .supported = supported,
     .cost_us = cost_us,

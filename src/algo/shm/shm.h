@@ -351,6 +351,23 @@ static inline chorus_status_t chorus__shm_zc_progress(chorus_task_t* t, chorus_s
   return CHORUS_OK;
 }
 
+/* The work of a blocked collective's single-copy reads (allgather, alltoall): this rank's own
+ * block (`own`) into block `me` of the receive buffer (nothing where the two are one), and every
+ * other rank q's block, at byte `peer_off` of the buffer q published, into block q; from the
+ * next rank on, so that not all read one rank's pages at once. */
+static inline chorus_status_t chorus__shm_read_blocks(chorus_task_t* t, chorus_shm_op_t* s, const char* own,
+                                                      size_t peer_off) {
+  size_t block = t->args.count * t->dtype_size;
+  char* out = t->args.recvbuf;
+  if (out + (size_t)t->rank * block != own) chorus__shm_copy_out(s, out + (size_t)t->rank * block, own, block);
+  for (int i = 1; i < t->nranks; i++) {
+    int q = (t->rank + i) % t->nranks;
+    chorus_status_t st = chorus__conn_cma_read_send(t, q, peer_off, out + (size_t)q * block, block);
+    if (st < 0) return st;
+  }
+  return CHORUS_OK;
+}
+
 /* Reduces slice [off, off + len) elements of every rank's send buffer into dst, in rank order,
  * a cache block at a time; after each block, copies it to each dsts[q] (NULL: skip). */
 static inline void chorus__shm_zc_reduce_slice(chorus_task_t* t, chorus_shm_op_t* s, char* const* src,
