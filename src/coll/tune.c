@@ -443,7 +443,8 @@ chorus_status_t chorus__tune_links(chorus_comm_t* comm, chorus_store_t* store) {
   /* A link given by a variable is the whole figure: a measured ring's would undercut it. */
   if (chorus__param_str(CHORUS_PARAM_LINK_INTER)[0]) comm->cost.inter_ring_bytes_per_us = 0.0;
   chorus__tune_derive(&comm->cost);
-  comm->spin_small_us = comm->spin_by_link ? chorus__tune_spin_us(&comm->cost) : comm->spin_us;
+  /* One host has no latency-bound calls (spin_bytes 0): its waits keep comm.c's spin. */
+  comm->spin_small_us = comm->spin_by_link && comm->cost.nhosts > 1 ? chorus__tune_spin_us(&comm->cost) : comm->spin_us;
   char ring[48] = "";
   if (comm->cost.inter_ring_bytes_per_us > 0.0)
     snprintf(ring, sizeof(ring), " (%.0f B/us in a ring of hosts)", comm->cost.inter_ring_bytes_per_us);

@@ -47,8 +47,9 @@ chorus_status_t chorus__tune_ring_us(chorus_comm_t* comm, size_t bytes, int reps
  * machine_oversub set): flat, spread, the hand-overs and spin_bytes. */
 void chorus__tune_derive(chorus_cost_ctx_t* cx);
 
-/* CHORUS_SPIN_US=-1: how long a waiting thread of a call of at most cx->spin_bytes polls
- * before it sleeps (others: CHORUS_SPIN_ONE_HOST_US). */
+/* CHORUS_SPIN_US=-1, across hosts: how long a waiting thread of a call of at most
+ * cx->spin_bytes polls before it sleeps (others: CHORUS_SPIN_ONE_HOST_US; on one host whose
+ * ranks outnumber its CPUs every wait polls CHORUS_SPIN_SHARED_CORES_US, core/comm.h). */
 int chorus__tune_spin_us(const chorus_cost_ctx_t* cx);
 
 /* "ALPHA_US,BYTES_PER_US" (CHORUS_LINK_INTRA, CHORUS_LINK_INTER): 1 and *out when valid. */

@@ -376,6 +376,8 @@ static chorus_status_t derive_topology(chorus_comm_t* comm, const chorus_peer_in
    * for, so it yields from its first idle polls on instead of busy-polling first. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   comm->oversubscribed = cpus > 0 && comm->local_size > cpus;
+  if (comm->spin_by_link && comm->oversubscribed && comm->topo.nhosts == 1)
+    comm->spin_us = comm->spin_small_us = CHORUS_SPIN_SHARED_CORES_US;
   return CHORUS_OK;
 }
 

@@ -322,6 +322,30 @@ TEST(spin_follows_the_links_unless_set) {
   unsetenv("CHORUS_TUNE");
 }
 
+/* One host: waits poll CHORUS_SPIN_ONE_HOST_US, or CHORUS_SPIN_SHARED_CORES_US where the host's
+ * ranks outnumber its online CPUs (its waiters yield between polls there); an explicit
+ * CHORUS_SPIN_US wins either way. */
+static int check_one_host_spin(chorus_comm_t* comm, int rank, void* arg) {
+  (void)rank;
+  int want = *(const int*)arg;
+  ASSERT_EQ(comm->spin_us, want);
+  ASSERT_EQ(comm->spin_small_us, want);
+  return 0;
+}
+
+TEST(one_host_spin_is_longer_where_ranks_share_cpus) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int fit = CHORUS_SPIN_ONE_HOST_US, crowded = CHORUS_SPIN_SHARED_CORES_US, explicit_us = 120;
+  ASSERT_TRUE(cpus >= 1);
+  if (cpus >= 2) ASSERT_EQ(run_ranks(2, check_one_host_spin, &fit), 0);
+  if (cpus < 16) {
+    ASSERT_EQ(run_ranks((int)cpus + 1, check_one_host_spin, &crowded), 0);
+    setenv("CHORUS_SPIN_US", "120", 1);
+    ASSERT_EQ(run_ranks((int)cpus + 1, check_one_host_spin, &explicit_us), 0);
+    unsetenv("CHORUS_SPIN_US");
+  }
+}
+
 /* Several sockets per peer (CHORUS_NSOCKS_PER_PEER=3): the probe compares one socket with all
  * three and every rank ends cutting messages over the same count, 1 or 3 (on loopback which one
  * depends on the machine); without the probe all three. Either way a 3 MiB allreduce (cut into
