@@ -21,7 +21,7 @@
  * another core answers within microseconds, one that computes takes far longer. */
 #define CHORUS_SPIN_ONE_HOST_US 50
 
-/* The same on one host whose ranks outnumber its CPUs. There a waiter yields the core between
+/* The same on one host whose ranks outnumber the CPUs they may run on. There a waiter yields the core between
  * its polls, so polling longer costs the ranks it waits for little, while a sleep halts the
  * virtual CPU once both of its ranks sleep, and waking it costs tens of microseconds: 4 ranks on
  * 2 CPUs, 2 MiB calls took 0.79-0.92x the time of a 50 us spin (alltoall 512 KiB 0.67x), 8
@@ -60,8 +60,8 @@ struct chorus_comm {
   int spin_us;       /* how long waits poll before they sleep: CHORUS_SPIN_US, resolved */
   int spin_small_us; /* the same for calls of at most cost.spin_bytes (tune.c) */
   int spin_by_link;  /* CHORUS_SPIN_US=-1: tune.c derives spin_small_us from the links */
-  int oversubscribed; /* more ranks on this host than online CPUs: waiters yield at once */
-  int machine_crowded; /* more ranks on this rank's machine (emulated hosts may share one) than online CPUs */
+  int oversubscribed; /* more ranks on this host than CPUs they may run on: waiters yield at once */
+  int machine_crowded; /* more ranks on this rank's machine (emulated hosts may share one) than CPUs they may run on */
   size_t chunk_bytes; /* CHORUS_BUFF_SIZE */
   size_t msg_chunk_bytes; /* what engines cut messages into: chunk_bytes per socket of a TCP peer */
   int shm_enabled;

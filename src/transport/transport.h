@@ -144,6 +144,9 @@ typedef struct chorus_transport {
 /* Settings every rank must share (coll/shared.c), of which each rank publishes a hash apiece. */
 #define CHORUS_SHARED_SETTINGS 12
 
+/* Words of a rank's CPU affinity in its peer info: CPU_SETSIZE (1024) bits. */
+#define CHORUS_AFFINITY_WORDS 16
+
 /* Peer info exchanged at bootstrap. */
 typedef struct {
   char host_id[CHORUS_ADDR_LEN];
@@ -154,6 +157,9 @@ typedef struct {
   int32_t nranks;              /* the size it was started for */
   /* Hashes of the settings every rank must share (chorus__shared_settings_hash). */
   uint64_t shared_settings[CHORUS_SHARED_SETTINGS];
+  /* The CPUs it may run on (sched_getaffinity), CPU c at bit c % 64 of word c / 64; all zero:
+   * unknown. taskset, cpusets and containers leave fewer than the machine has online. */
+  uint64_t affinity[CHORUS_AFFINITY_WORDS];
 } chorus_peer_info_t;
 
 /* Connection handshake: what a connecting rank sends first. */

@@ -330,11 +330,18 @@ static int check_one_host_spin(chorus_comm_t* comm, int rank, void* arg) {
   int want = *(const int*)arg;
   ASSERT_EQ(comm->spin_us, want);
   ASSERT_EQ(comm->spin_small_us, want);
+  ASSERT_EQ(comm->oversubscribed, want != CHORUS_SPIN_ONE_HOST_US);
   return 0;
 }
 
+/* The CPUs this thread (and the rank threads it starts) may run on. */
+static int allowed_cpus(void) {
+  cpu_set_t mask;
+  return sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 TEST(one_host_spin_is_longer_where_ranks_share_cpus) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int cpus = allowed_cpus();
   int fit = CHORUS_SPIN_ONE_HOST_US, crowded = CHORUS_SPIN_SHARED_CORES_US, explicit_us = 120;
   ASSERT_TRUE(cpus >= 1);
   if (cpus >= 2) ASSERT_EQ(run_ranks(2, check_one_host_spin, &fit), 0);
@@ -344,6 +351,23 @@ TEST(one_host_spin_is_longer_where_ranks_share_cpus) {
     ASSERT_EQ(run_ranks((int)cpus + 1, check_one_host_spin, &explicit_us), 0);
     unsetenv("CHORUS_SPIN_US");
   }
+}
+
+/* Ranks count the CPUs they may run on together, not the machine's online ones: two ranks held
+ * to one CPU (as taskset, a cpuset or a container would) share it, on a machine of any size. */
+TEST(ranks_held_to_fewer_cpus_share_them) {
+  cpu_set_t own, one;
+  ASSERT_TRUE(sched_getaffinity(0, sizeof(own), &own) == 0);
+  int cpu = -1;
+  for (int c = 0; c < CPU_SETSIZE && cpu < 0; c++)
+    if (CPU_ISSET(c, &own)) cpu = c;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_TRUE(sched_setaffinity(0, sizeof(one), &one) == 0); /* the rank threads inherit it */
+  int crowded = CHORUS_SPIN_SHARED_CORES_US;
+  int rc = run_ranks(2, check_one_host_spin, &crowded);
+  ASSERT_TRUE(sched_setaffinity(0, sizeof(own), &own) == 0);
+  ASSERT_EQ(rc, 0);
 }
 
 /* Several sockets per peer (CHORUS_NSOCKS_PER_PEER=3): the probe compares one socket with all
