@@ -428,7 +428,8 @@ chorus_status_t chorus__comm_connect(chorus_comm_t* comm, int listen_fd,
     st = chorus__transport_connect_all(&comm->tp, listen_fd, infos, comm->nsocks, comm->tcp_cc, comm->secret, deadline);
   if (st >= 0 && comm->shm_enabled)
     st = chorus__transport_setup_shm(&comm->tp, chorus__topo_host_group(&comm->topo, comm->topo.host_of[comm->rank], comm->rank),
-                                     comm->shm_ring_bytes, comm->shm_slot_bytes, comm->shm_single_copy, deadline);
+                                     comm->shm_ring_bytes, comm->shm_slot_bytes, comm->shm_single_copy,
+                                     !comm->oversubscribed, deadline);
   if (st < 0) {
     if (st == CHORUS_ERR_NO_MEMORY && !comm->tp.err[0]) snprintf(comm->tp.err, sizeof(comm->tp.err), "out of memory");
     chorus__comm_set_error(comm, "%s", comm->tp.err);

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -157,59 +156,33 @@ static int reads_pay(const chorus_transport_t* tp, int mode) {
   return pays;
 }
 
-/* What a rank tells the leader: whether it can and would read, and the CPUs it may run on (its
- * affinity mask: a launcher's pinning, taskset, a container's cpuset). */
-typedef struct {
-  int32_t reads;
-  cpu_set_t cpus;
-} read_word_t;
-
-static void my_cpus(cpu_set_t* cpus) {
-  CPU_ZERO(cpus);
-  if (sched_getaffinity(0, sizeof(*cpus), cpus) == 0) return;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  for (long c = 0; c < (online > 0 ? online : 1) && c < CPU_SETSIZE; c++) CPU_SET((int)c, cpus);
-}
-
-/* The leader's verdict: reads work and pay on every rank (VERDICT_READS), and the ranks' CPUs
- * together number at least the ranks (VERDICT_CPU_EACH; a launcher that pins each rank to its
- * own CPU leaves each a mask of one). */
-#define VERDICT_READS 1
-#define VERDICT_CPU_EACH 2
-
 /* Single-copy reads need every pair, and pay for most calls only while every rank has a CPU of
  * its own (with two ranks per CPU, the kernel's copies lost from 32 MiB on: docs/compare.md);
  * the alltoall of large blocks gains from them even where ranks share CPUs (alltoall.c). The
- * leader gathers each rank's word and answers with the verdict, so that every rank of the host
- * chooses alike. */
+ * leader gathers whether each rank can and would read and answers with the verdict, so that every
+ * rank of the host chooses alike; whether each has a CPU (cpu_each) every rank knows alike from
+ * the bootstrap's affinity masks (core/comm.c). */
 static chorus_status_t agree_on_reads(chorus_transport_t* tp, const int* local, int nlocal, int my_local,
-                                      int32_t reads, uint64_t deadline) {
+                                      int32_t reads, int cpu_each, uint64_t deadline) {
   chorus_status_t st = CHORUS_OK;
-  read_word_t mine;
-  memset(&mine, 0, sizeof(mine));
-  mine.reads = reads;
-  my_cpus(&mine.cpus);
   int32_t verdict = 0;
   if (my_local == 0) {
     int32_t all = reads;
-    cpu_set_t every = mine.cpus;
     for (int i = 1; i < nlocal && st >= 0; i++) {
-      read_word_t theirs;
-      memset(&theirs, 0, sizeof(theirs)); /* a failed read leaves it as it was */
+      int32_t theirs = 0; /* a failed read leaves it as it was */
       st = chorus__sock_read_all(peer_fd(tp, local[i]), &theirs, sizeof(theirs), deadline);
-      all = all && theirs.reads;
-      CPU_OR(&every, &every, &theirs.cpus);
+      all = all && theirs;
     }
-    verdict = (all ? VERDICT_READS : 0) | (CPU_COUNT(&every) >= nlocal ? VERDICT_CPU_EACH : 0);
+    verdict = all;
     for (int i = 1; i < nlocal && st >= 0; i++)
       st = chorus__sock_write_all(peer_fd(tp, local[i]), &verdict, sizeof(verdict), deadline);
   } else {
-    st = chorus__sock_write_all(peer_fd(tp, local[0]), &mine, sizeof(mine), deadline);
+    st = chorus__sock_write_all(peer_fd(tp, local[0]), &reads, sizeof(reads), deadline);
     if (st >= 0) st = chorus__sock_read_all(peer_fd(tp, local[0]), &verdict, sizeof(verdict), deadline);
   }
   if (st < 0) snprintf(tp->err, sizeof(tp->err), "rank %d: a local peer left while setting up shared memory", tp->rank);
-  tp->shm.cma_any_cpus = st >= 0 && (verdict & VERDICT_READS);
-  tp->shm.cma = tp->shm.cma_any_cpus && (verdict & VERDICT_CPU_EACH);
+  tp->shm.cma_any_cpus = st >= 0 && verdict;
+  tp->shm.cma = tp->shm.cma_any_cpus && cpu_each;
   return st;
 }
 
@@ -261,7 +234,7 @@ static chorus_status_t member_side(chorus_transport_t* tp, int leader, int nloca
 }
 
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
-                                            size_t slot_bytes, int single_copy, uint64_t deadline_ns) {
+                                            size_t slot_bytes, int single_copy, int cpu_each, uint64_t deadline_ns) {
   const int* local = host.ranks;
   int nlocal = host.size, my_local = host.me;
   if (nlocal < 2) return CHORUS_OK;
@@ -278,7 +251,7 @@ chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group
   take_wakefds(tp, nlocal, my_local);
   /* Reads serve only the one-host algorithms. */
   int could_read = single_copy && nlocal == tp->nranks && reads_every_peer(tp, nlocal, my_local);
-  st = agree_on_reads(tp, local, nlocal, my_local, could_read && reads_pay(tp, single_copy), deadline_ns);
+  st = agree_on_reads(tp, local, nlocal, my_local, could_read && reads_pay(tp, single_copy), cpu_each, deadline_ns);
   if (st < 0) return st; /* the communicator fails: its destroy releases all of it */
   tp->my_ctl = chorus__shm_ctl(&tp->shm, my_local);
   tp->shm_all_local = nlocal == tp->nranks;
