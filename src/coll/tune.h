@@ -49,7 +49,7 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx);
 
 /* CHORUS_SPIN_US=-1, across hosts: how long a waiting thread of a call of at most
  * cx->spin_bytes polls before it sleeps (others: CHORUS_SPIN_ONE_HOST_US; on one host whose
- * ranks outnumber its CPUs every wait polls CHORUS_SPIN_SHARED_CORES_US, core/comm.h). */
+ * ranks outnumber the CPUs they may run on every wait polls CHORUS_SPIN_SHARED_CORES_US, core/comm.h). */
 int chorus__tune_spin_us(const chorus_cost_ctx_t* cx);
 
 /* "ALPHA_US,BYTES_PER_US" (CHORUS_LINK_INTRA, CHORUS_LINK_INTER): 1 and *out when valid. */

@@ -21,13 +21,13 @@
  * another core answers within microseconds, one that computes takes far longer. */
 #define CHORUS_SPIN_ONE_HOST_US 50
 
-/* The same on one host whose ranks outnumber the CPUs they may run on. There a waiter yields the core between
- * its polls, so polling longer costs the ranks it waits for little, while a sleep halts the
- * virtual CPU once both of its ranks sleep, and waking it costs tens of microseconds: 4 ranks on
- * 2 CPUs, 2 MiB calls took 0.79-0.92x the time of a 50 us spin (alltoall 512 KiB 0.67x), 8
- * ranks, 256 KiB allreduce and alltoall 0.59x and 0.48x; 1000 and 2000 us gained no more, and
- * calls of up to 32 KiB stayed level (gathers up to 32 KiB took 0.3-0.9x). docs/sweep.md,
- * "Waits where ranks share CPUs". */
+/* The same on one host whose ranks outnumber the CPUs they may run on. There a waiter yields
+ * the core between its polls, so polling longer costs the ranks it waits for little, while a
+ * sleep halts the virtual CPU once both of its ranks sleep, and waking it costs tens of
+ * microseconds: 4 ranks on 2 CPUs, 2 MiB calls took 0.84-0.99x the time of a 50 us spin
+ * (alltoall 512 KiB 0.67x), 8 ranks, 256 KiB allreduce and alltoall 0.59x and 0.48x; 1000 and
+ * 2000 us gained no more, and calls of up to 32 KiB stayed level (gathers up to 32 KiB took
+ * 0.36-0.87x). docs/sweep.md, "Waits where ranks share CPUs". */
 #define CHORUS_SPIN_SHARED_CORES_US 500
 
 /* Scratch blocks a communicator keeps for its next calls, and their bytes together (scratch.c). */

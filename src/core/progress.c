@@ -7,8 +7,8 @@
  * drive progress: a blocking caller drives its own call inline (no hand-off on the latency
  * path); the background thread drives non-blocking work when nobody else does. A driver spins
  * for CHORUS_SPIN_US (across hosts, longer for a latency-bound call that its caller drives: the
- * background thread keeps the short spin; tune.c; on one host whose ranks outnumber its CPUs,
- * longer, yielding between polls: comm.h), then sleeps in epoll, so oversubscribed ranks do not
+ * background thread keeps the short spin; tune.c; on one host whose ranks outnumber the CPUs
+ * they may run on, longer, yielding between polls: comm.h), then sleeps in epoll, so oversubscribed ranks do not
  * burn cores.
  */
 #include <errno.h>

@@ -194,9 +194,9 @@ chorus_status_t chorus__transport_connect_all(chorus_transport_t* tp, int listen
  * me = this rank's index) and moves their traffic to it; falls back to TCP (with a warning)
  * when the segment cannot be made. single_copy: CHORUS_SHM_SINGLE_COPY of this rank (0: no
  * reads of peers' memory; 1: where the kernel's copy is timed fast enough; 2: wherever they
- * work); cpu_each: the host's ranks may run on at least as many CPUs as they are (the same on every
-rank). shm.cma_any_cpus is set where every rank of the host allows and manages the reads, and
-shm.cma where besides every rank has a CPU. */
+ * work); cpu_each: the host's ranks may run on at least as many CPUs as they are (the same on
+ * every rank). shm.cma_any_cpus is set where every rank of the host allows and manages the
+ * reads, and shm.cma where besides every rank has a CPU. */
 chorus_status_t chorus__transport_setup_shm(chorus_transport_t* tp, chorus_group_t host, size_t ring_bytes,
                                             size_t slot_bytes, int single_copy, int cpu_each, uint64_t deadline_ns);
 /* Maps this rank's part of the host's segment now rather than on first use (shm.h). */

@@ -323,7 +323,7 @@ TEST(spin_follows_the_links_unless_set) {
 }
 
 /* One host: waits poll CHORUS_SPIN_ONE_HOST_US, or CHORUS_SPIN_SHARED_CORES_US where the host's
- * ranks outnumber its online CPUs (its waiters yield between polls there); an explicit
+ * ranks outnumber the CPUs they may run on (its waiters yield between polls there); an explicit
  * CHORUS_SPIN_US wins either way. */
 static int check_one_host_spin(chorus_comm_t* comm, int rank, void* arg) {
   (void)rank;
