@@ -250,6 +250,9 @@ static void accept_clients(server_t* s) {
   for (;;) {
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
+    /* Replies go out as a header and then a value: with Nagle on, the value waited for the
+     * client's delayed ACK of the header (40 ms, three times in every communicator's creation). */
+    chorus__sock_tune(fd);
     client_t* grown = realloc(s->clients, (s->nclients + 1) * sizeof(client_t));
     if (!grown) {
       close(fd);
