@@ -211,6 +211,7 @@ typedef struct {
   uint64_t late_calls; /* -B 2: rank-calls of the row that reached their start time late */
   char host[256];
   char version[32];
+  double create_ms; /* chorus_comm_init_env of the job's communicator, its slowest rank */
 } perf_ctx_t;
 
 static double now_us(void) {
@@ -261,6 +262,7 @@ static void json_open(perf_ctx_t* ctx, int argc, char** argv) {
   json_string(f, "command", command, ", ");
   json_string(f, "host", ctx->host, ", ");
   json_string(f, "chorus_version", ctx->version, ", ");
+  fprintf(f, "\"create_ms\": %.3f, ", ctx->create_ms);
   fprintf(f, "\"nranks\": %d, \"min_bytes\": %zu, \"max_bytes\": %zu, \"step_factor\": %zu, ",
           ctx->nranks, o->min_bytes, o->max_bytes, o->step_bytes ? 0 : o->step_factor);
   fprintf(f, "\"step_bytes\": %zu, \"iters\": %d, \"warmup\": %d, \"check\": %d, ", o->step_bytes,
@@ -326,8 +328,8 @@ static void print_header(const perf_ctx_t* ctx, perf_coll_t coll) {
     snprintf(compression, sizeof compression, "%s (%s, from %zu bytes)", chorus_compression_name(zip.codec), scope,
              min_bytes);
   const char* algos = ctx->ncontenders > 1 ? o->algo : forced_algo(coll, algo, sizeof algo);
-  printf("# host %s | chorus %s | algo %s | compression %s\n", ctx->host, ctx->version, algos,
-         compression);
+  printf("# host %s | chorus %s | algo %s | compression %s | communicator created in %.1f ms\n", ctx->host,
+         ctx->version, algos, compression, ctx->create_ms);
   if (ctx->ncontenders > 1 || o->rounds > 1) {
     printf("# %d round(s), each algorithm in turn; time: median over rounds\n", o->rounds);
   }
@@ -622,10 +624,18 @@ static int run_collective(perf_ctx_t* ctx, perf_coll_t coll) {
 /* ---- set-up and main ---- */
 
 static int setup(perf_ctx_t* ctx) {
+  double started_us = now_us();
   chorus_status_t st = chorus_comm_init_env(&ctx->comm, NULL);
   if (st < 0) {
     fprintf(stderr, "chorus-perf: chorus_comm_init_env failed: %s (%s)\n", chorus_status_name(st),
             chorus_status_str(st));
+    return -1;
+  }
+  ctx->create_ms = (now_us() - started_us) / 1e3;
+  st = chorus_allreduce(&ctx->create_ms, &ctx->create_ms, 1, CHORUS_FLOAT64, CHORUS_MAX, ctx->comm);
+  if (st < 0) {
+    fprintf(stderr, "chorus-perf: the first allreduce failed: %s (%s)\n", chorus_status_name(st),
+            chorus_comm_last_error(ctx->comm));
     return -1;
   }
   chorus_comm_rank(ctx->comm, &ctx->rank);
