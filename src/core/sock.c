@@ -169,6 +169,11 @@ chorus_status_t chorus__sock_listen(const char* ip, int port, const char* cc, in
   return CHORUS_OK;
 }
 
+/* Ranks start together, and rank 0's store is up a few ms to a few hundred ms later (a Python
+ * rank imports torch first): a refused attempt costs a SYN and a reset, so retry every 100 ms
+ * at most. Doubling to 1 s made a rank connect up to 1 s after the store was up. */
+#define CONNECT_BACKOFF_MAX_NS (100ull * 1000000ull)
+
 static void sleep_ns(uint64_t ns) {
   struct timespec ts = {(time_t)(ns / CHORUS_NS_PER_SEC), (long)(ns % CHORUS_NS_PER_SEC)};
   nanosleep(&ts, NULL);
@@ -203,7 +208,7 @@ chorus_status_t chorus__sock_connect(const char* hostport, uint64_t deadline_ns,
     if (now >= deadline_ns) break;
     uint64_t wait = backoff_ns < deadline_ns - now ? backoff_ns : deadline_ns - now;
     sleep_ns(wait);
-    backoff_ns = backoff_ns * 2 > 1000000000ull ? 1000000000ull : backoff_ns * 2;
+    backoff_ns = backoff_ns * 2 > CONNECT_BACKOFF_MAX_NS ? CONNECT_BACKOFF_MAX_NS : backoff_ns * 2;
   }
   snprintf(err, errlen, "cannot connect to %s: %s (gave up after the connect timeout / retry count)",
            hostport, strerror(last_errno));

@@ -29,7 +29,7 @@ chorus_status_t chorus__sock_resolve(const char* hostport, struct sockaddr_stora
 chorus_status_t chorus__sock_listen(const char* ip, int port, const char* cc, int* fd, char* bound,
                                     size_t boundlen, char* err, size_t errlen);
 
-/* Connects, retrying refused/unreachable attempts with backoff (1 ms doubling to 1 s) until
+/* Connects, retrying refused/unreachable attempts with backoff (1 ms doubling to 100 ms) until
  * deadline_ns or max_tries. Returns a blocking fd with TCP_NODELAY set, and congestion control
  * cc unless NULL or "" (set before connecting: chorus__sock_set_cc). */
 chorus_status_t chorus__sock_connect(const char* hostport, uint64_t deadline_ns, int max_tries, const char* cc,

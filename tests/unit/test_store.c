@@ -1,7 +1,8 @@
 /*
  * test_store.c - the bootstrap store: set/get/add, waiting gets and their timeouts, the
  * secret check, malformed clients, an unreachable address, the server's exit once every
- * rank has said it is done, and replies that are not held back by Nagle's algorithm.
+ * rank has said it is done, replies that are not held back by Nagle's algorithm, and a
+ * joining rank that reaches a store started after it soon.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -205,4 +206,44 @@ TEST(store_replies_are_not_held_back_by_nagle) {
   chorus__store_close(s);
   if (took_ms >= 400) fprintf(stderr, "20 gets took %llu ms\n", (unsigned long long)took_ms);
   ASSERT_TRUE(took_ms < 400);
+}
+
+typedef struct {
+  int port;
+  double listening_at; /* test_now_sec() once the store listens */
+} late_store_t;
+
+static void* start_store_late(void* p) {
+  late_store_t* a = p;
+  usleep(600 * 1000);
+  char addr[64], err[256];
+  ASSERT_OK(chorus__store_server_start("127.0.0.1", a->port, secret, addr, sizeof(addr), err, sizeof(err)));
+  a->listening_at = test_now_sec();
+  return NULL;
+}
+
+/* Ranks start together and rank 0's store comes up later; a joining rank retries refused
+ * connections with a backoff that doubles from 1 ms to at most 100 ms, so it reaches the store
+ * within about 100 ms of its start. Doubling to 1 s, it connected 1023 ms after its first try:
+ * 420 ms after a store that listened at 600 ms. */
+TEST(store_connect_reaches_a_late_store_soon) {
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t salen = sizeof(sa);
+  ASSERT_TRUE(bind(probe, (struct sockaddr*)&sa, sizeof(sa)) == 0);
+  ASSERT_TRUE(getsockname(probe, (struct sockaddr*)&sa, &salen) == 0);
+  close(probe); /* a free port, for the store that starts later */
+  late_store_t late = {.port = ntohs(sa.sin_port)};
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", late.port);
+  pthread_t t;
+  pthread_create(&t, NULL, start_store_late, &late);
+  chorus_store_t* s = connect_ok(addr);
+  double connected_at = test_now_sec();
+  pthread_join(t, NULL);
+  double late_ms = (connected_at - late.listening_at) * 1000;
+  if (late_ms >= 250) fprintf(stderr, "connected %.0f ms after the store listened\n", late_ms);
+  ASSERT_TRUE(late_ms < 250);
+  ASSERT_OK(chorus__store_done(s, 1));
+  chorus__store_close(s);
 }
