@@ -307,6 +307,28 @@ static chorus_status_t claim_rank(chorus_comm_t* comm, chorus_store_t* store, co
   return CHORUS_ERR_MISMATCH;
 }
 
+/* Returns once every rank has said DONE, when the store's listener is closed: a rank back
+ * from its creation cannot reach this store again, so rank 0 may serve the next one on the
+ * same address at once (chorus_comm_init_env, destroy, init again: else its listen failed
+ * with "address in use", and the others joined the old store). Costs the ranks' skew at the
+ * end of creation, which their first collective would wait for anyway. */
+static chorus_status_t wait_all_done(chorus_comm_t* comm, chorus_store_t* store, uint64_t deadline) {
+  uint64_t now = chorus__now_ns();
+  int left_ms = now < deadline ? (int)((deadline - now) / 1000000ull) + 1 : 1;
+  void* val = NULL;
+  size_t len = 0;
+  chorus_status_t st = chorus__store_get(store, CHORUS_STORE_ALL_DONE_KEY, &val, &len, left_ms);
+  if (st < 0) {
+    chorus__comm_set_error(comm, "rank %d: not every rank finished joining within the connect timeout: %s",
+                           comm->rank, chorus__store_error(store));
+    return st;
+  }
+  if (len == 4 && memcmp(val, "lost", 4) == 0)
+    CH_INFO(BOOT, comm->rank, "a rank left the bootstrap store without finishing its creation");
+  free(val);
+  return CHORUS_OK;
+}
+
 /* Publishes this rank, reads all ranks, connects. comm_id 0: rank 0 draws one for the store. */
 static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store_addr) {
   uint64_t deadline = chorus__now_ns() + (uint64_t)comm->connect_timeout_sec * CHORUS_NS_PER_SEC;
@@ -365,6 +387,10 @@ static chorus_status_t join_through_store(chorus_comm_t* comm, const char* store
    * probe measures a cold ring"); a warm ring moved small calls to the wrong algorithms. */
   if (st >= 0) chorus__transport_prefault_shm(&comm->tp);
   if (st >= 0) st = chorus__store_done(store, comm->nranks);
+  if (st >= 0) {
+    counted = 0; /* said already */
+    st = wait_all_done(comm, store, deadline);
+  }
 out:
   if (st < 0 && comm->last_error[0]) CH_WARN(comm->rank, "%s", comm->last_error);
   /* A rank that gives up hands its number back (a retry with the same id may take it) and says

@@ -39,6 +39,9 @@ chorus_status_t chorus__store_add(chorus_store_t* s, const char* key, int64_t de
                                   int64_t* result);
 /* Tells the server this client is finished; the server exits after `nranks` such calls. */
 chorus_status_t chorus__store_done(chorus_store_t* s, int nranks);
+/* The key the server sets once `nranks` clients said DONE ("done"; its listener is closed by
+ * then), or once a client left without DONE ("lost"): a GET of it waits for every rank. */
+#define CHORUS_STORE_ALL_DONE_KEY "chorus/all_done"
 void chorus__store_close(chorus_store_t* s);
 const char* chorus__store_error(const chorus_store_t* s);
 

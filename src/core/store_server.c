@@ -31,6 +31,7 @@ typedef struct {
   size_t in_len, in_cap;
   char* wait_key; /* a GET waiting for this key */
   uint64_t wait_deadline_ns;
+  int said_done;
 } client_t;
 
 typedef struct chorus_store_server {
@@ -89,7 +90,32 @@ static int reply(client_t* c, chorus_status_t st, uint64_t arg, const void* val,
   return 0;
 }
 
+static int serve_wait(server_t* s, client_t* c, uint64_t now);
+
+/* Answers the GETs that wait for key (just set). */
+static void wake_waiters(server_t* s, const char* key) {
+  for (size_t i = 0; i < s->nclients; i++)
+    if (s->clients[i].wait_key && strcmp(s->clients[i].wait_key, key) == 0) serve_wait(s, &s->clients[i], chorus__now_ns());
+}
+
+static void set_and_wake(server_t* s, const char* key, const char* val) {
+  kv_set(s, key, val, strlen(val));
+  wake_waiters(s, key);
+}
+
+/* Every rank said DONE: the listener closes before anyone hears it (CHORUS_STORE_ALL_DONE_KEY),
+ * so that no rank, back from its creation, can reach this store again: the same process may
+ * serve the next store on the same address (chorus_comm_init_env once more) at once. */
+static void release_all_done(server_t* s) {
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  s->listen_fd = -1;
+  set_and_wake(s, CHORUS_STORE_ALL_DONE_KEY, "done");
+}
+
 static void drop_client(server_t* s, size_t i) {
+  /* A rank gone without DONE will never say it: the others wait no longer for everyone. */
+  if (s->clients[i].authed && !s->clients[i].said_done && !kv_find(s, CHORUS_STORE_ALL_DONE_KEY))
+    set_and_wake(s, CHORUS_STORE_ALL_DONE_KEY, "lost");
   close(s->clients[i].fd);
   free(s->clients[i].in);
   free(s->clients[i].wait_key);
@@ -165,9 +191,7 @@ static int serve_request(server_t* s, client_t* c, const chorus_store_msg_t* m) 
   switch (m->req.op) {
     case STORE_OP_SET:
       rc = reply(c, kv_set(s, key, m->val, m->vallen), 0, NULL, 0);
-      for (size_t i = 0; i < s->nclients; i++) /* wake waiters of this key */
-        if (s->clients[i].wait_key && strcmp(s->clients[i].wait_key, key) == 0)
-          serve_wait(s, &s->clients[i], chorus__now_ns());
+      wake_waiters(s, key);
       break;
     case STORE_OP_GET:
       c->wait_key = strdup(key);
@@ -185,8 +209,10 @@ static int serve_request(server_t* s, client_t* c, const chorus_store_msg_t* m) 
     }
     case STORE_OP_DONE:
       s->done_count++;
+      c->said_done = 1;
       if ((int)m->req.arg > s->done_target) s->done_target = (int)m->req.arg;
       rc = reply(c, CHORUS_OK, 0, NULL, 0);
+      if (s->done_count >= s->done_target) release_all_done(s);
       break;
   }
   return rc;
@@ -263,12 +289,15 @@ static void accept_clients(server_t* s) {
   }
 }
 
-/* The store's work is over when every rank said DONE, or when some rank said it (so the job
- * got past joining, or gave up) and nobody is connected any more: ranks stay connected from
- * publishing until DONE, and a rank that joins after the others gave up would fail anyway. */
+/* The store's work is over once some rank said DONE (the job got past joining, or gave up)
+ * and no rank is connected any more: ranks stay connected from publishing until they hear that
+ * everyone said DONE (CHORUS_STORE_ALL_DONE_KEY), and a rank that joins after the others gave up
+ * would fail anyway. Clients that never presented the secret do not hold it open. */
 static int store_finished(const server_t* s) {
-  if (s->done_target > 0 && s->done_count >= s->done_target) return 1;
-  return s->done_count > 0 && s->nclients == 0;
+  if (s->done_count == 0) return 0;
+  for (size_t i = 0; i < s->nclients; i++)
+    if (s->clients[i].authed) return 0;
+  return 1;
 }
 
 static int live_servers;

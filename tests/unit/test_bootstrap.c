@@ -1,6 +1,7 @@
 /*
  * test_bootstrap.c - creating communicators and what goes wrong while doing so: bad init
- * arguments, every launcher environment chorus_comm_init_env understands, an unreachable
+ * arguments, every launcher environment chorus_comm_init_env understands, creating again at
+ * once from the same variables, an unreachable
  * store, a rank that never joins, ranks started for different sizes or twice with one rank number,
  * bad CHORUS_* values, CHORUS_ALGO overrides, queries,
  * timeouts and abort. Environment-based ranks run as forked processes (the environment is
@@ -43,22 +44,27 @@ static int check_sum(chorus_comm_t* c) {
 
 typedef void (*env_setup_fn)(int rank, int nranks, int port);
 
-/* Forks nranks processes that set their environment and create a communicator with
- * chorus_comm_init_env; each exits 0 when init and an allreduce succeed. Returns how many
- * failed. */
-static int run_env_ranks(int nranks, env_setup_fn setup) {
+/* Forks nranks processes that set their environment and, `lives` times in a row, create a
+ * communicator with chorus_comm_init_env and destroy it (the first and last after an
+ * allreduce); each exits 0 when every init and allreduce succeeded. Returns how many failed. */
+static int run_env_ranks_lives(int nranks, env_setup_fn setup, int lives) {
   int port = free_port();
   pid_t pids[16];
   for (int r = 0; r < nranks; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
       setup(r, nranks, port);
-      chorus_comm_t* c = NULL;
-      chorus_status_t st = chorus_comm_init_env(&c, NULL);
-      if (st != CHORUS_OK) _exit(10);
-      int rc = check_sum(c);
-      chorus_comm_destroy(c);
-      _exit(rc);
+      for (int life = 0; life < lives; life++) {
+        chorus_comm_t* c = NULL;
+        chorus_status_t st = chorus_comm_init_env(&c, NULL);
+        if (st != CHORUS_OK) _exit(10);
+        /* The lives between the first and last go straight from creation to destroy, as
+         * soon as the rank is back, the others perhaps not yet. */
+        int rc = (life == 0 || life == lives - 1) ? check_sum(c) : 0;
+        chorus_comm_destroy(c);
+        if (rc != 0) _exit(rc);
+      }
+      _exit(0);
     }
   }
   int failed = 0;
@@ -69,6 +75,8 @@ static int run_env_ranks(int nranks, env_setup_fn setup) {
   }
   return failed;
 }
+
+static int run_env_ranks(int nranks, env_setup_fn setup) { return run_env_ranks_lives(nranks, setup, 1); }
 
 static void clear_launcher_env(void) {
   const char* vars[] = {"CHORUS_RANK", "CHORUS_SIZE", "CHORUS_ADDR", "RANK", "WORLD_SIZE", "MASTER_ADDR",
@@ -122,6 +130,12 @@ TEST(init_env_chorus_variables) { ASSERT_EQ(run_env_ranks(3, chorus_env), 0); }
 TEST(init_env_torchrun_variables) { ASSERT_EQ(run_env_ranks(4, torchrun_env), 0); }
 TEST(init_env_slurm_variables) { ASSERT_EQ(run_env_ranks(2, slurm_env), 0); }
 TEST(init_env_openmpi_variables) { ASSERT_EQ(run_env_ranks(2, ompi_env), 0); }
+
+/* The same ranks create communicators from the same variables again and again, at once: rank
+ * 0 serves each one's store on the same address. Every rank leaves its creation only once all
+ * have finished with the store and its listener is closed; before, rank 0's next listen could
+ * find the address in use, or a fast rank join the old store, and the creation failed. */
+TEST(init_env_again_at_once_on_the_same_address) { ASSERT_EQ(run_env_ranks_lives(4, chorus_env, 40), 0); }
 
 TEST(init_env_missing_or_bad_variables) {
   clear_launcher_env();
