@@ -9,8 +9,8 @@
 # Usage: bench/cluster/run.sh [options]
 #   --reps N          repetitions (each runs every row at every size once) [3]
 #   --sizes "..."     message sizes, bytes with K/M suffixes [4K 1M 64M]
-#   --rows "..."      rows, of: naive ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best
-#                     [all of them], and the compressed allreduce (automatic selection with
+#   --rows "..."      rows, of: naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi
+#                     ompi_best [all of them], and the compressed allreduce (automatic selection with
 #                     CHORUS_COMPRESSION set, not checked: lossy): zip_fp16 zip_bf16 zip_int8
 #                     zip_int4 zip_topk (top-k 1%)
 #   --hosts H         [4]
@@ -40,7 +40,7 @@ set -u -o pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CHORUS_CLUSTER_BUILD_DIR:-$REPO/build}
-ALL_ROWS="naive ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best"
+ALL_ROWS="naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best"
 ZIP_ROWS="zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk"
 SUBNET=198.18.0
 
@@ -207,6 +207,7 @@ one_run() {
   case $row in
     naive | ring | dbtree | rhd | hier) chorus_run "$log" host -- "${perf[@]}" -a "$row" ;;
     ring_rr) chorus_run "$log" rr -- "${perf[@]}" -a ring ;;
+    rankring_rr) chorus_run "$log" rr -- "${perf[@]}" -a rankring ;;
     auto) chorus_run "$log" host -- "${perf[@]}" ;;
     auto_rr) chorus_run "$log" rr -- "${perf[@]}" ;;
     zip_topk) chorus_run "$log" host CHORUS_COMPRESSION=topk:0.01 -- "${perf[@]:0:9}" -c 0 -d float32 ;;
@@ -338,7 +339,7 @@ fi
 [ $have_mpi = 1 ] || { rows=${rows/ompi/}; echo "run.sh: no Open MPI: its rows skipped" >&2; }
 
 setups="setup_chorus"
-[[ " $rows " == *" ring_rr "* || " $rows " == *" auto_rr "* ]] && setups+=" setup_chorus_rr"
+[[ " $rows " == *"ring_rr "* || " $rows " == *" auto_rr "* ]] && setups+=" setup_chorus_rr"
 [[ " $rows " == *" ompi"* ]] && setups+=" setup_ompi"
 setup_of() { case $1 in ompi*) echo setup_ompi ;; *_rr) echo setup_chorus_rr ;; *) echo setup_chorus ;; esac; }
 for ((rep = 1; rep <= reps; rep++)); do
@@ -378,7 +379,7 @@ for row in auto auto_rr; do
     log=$out/raw/$row.$b.choice.log
     chorus_run "$log" $numbering CHORUS_LOG_LEVEL=debug CHORUS_LOG_SUBSYS=tune -- \
       allreduce -b "$b" -e "$b" -n 1 -w 0 -c 0 -d float32 >/dev/null 2>&1
-    c=$(grep -h "allreduce of" "$log".host* | head -1 | sed 's/.*allreduce of/allreduce of/')
+    c=$(grep -h "allreduce of $b bytes" "$log".host* | head -1 | sed 's/.*allreduce of/allreduce of/')
     l=$(grep -h "links (" "$log".host* | head -1 | sed 's/.*links (/links (/')
     echo "- $row at $s: ${c:-not logged}; ${l:-}" >>"$choices"
   done

@@ -12,6 +12,7 @@ extern const chorus_algo_t chorus__algo_ring_allreduce;
 extern const chorus_algo_t chorus__algo_rd_allreduce;
 extern const chorus_algo_t chorus__algo_direct_allreduce;
 extern const chorus_algo_t chorus__algo_naive_allreduce;
+extern const chorus_algo_t chorus__algo_rankring_allreduce;
 extern const chorus_algo_t chorus__algo_ring_allgather;
 extern const chorus_algo_t chorus__algo_rd_allgather;
 extern const chorus_algo_t chorus__algo_bruck_allgather;
