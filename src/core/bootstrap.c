@@ -197,6 +197,7 @@ static void publish_abort(chorus_comm_t* comm, chorus_store_t* store) {
   char abort_key[64];
   comm_key(comm, "abort", 0, abort_key, sizeof(abort_key));
   chorus__store_set(store, abort_key, comm->last_error, strlen(comm->last_error));
+  chorus__store_set(store, CHORUS_STORE_LINGER_KEY, "1", 1);
 }
 
 /* A rank that refused the job left its reason in the store for the others; when the store is

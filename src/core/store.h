@@ -42,6 +42,10 @@ chorus_status_t chorus__store_done(chorus_store_t* s, int nranks);
 /* The key the server sets once `nranks` clients said DONE ("done"; its listener is closed by
  * then), or once a client left without DONE ("lost"): a GET of it waits for every rank. */
 #define CHORUS_STORE_ALL_DONE_KEY "chorus/all_done"
+/* Set by a rank that found the job cannot form (it left the reason for the others): once some
+ * rank said DONE and nobody is connected, the server still waits 2 s for ranks slower to start,
+ * which then read the reason instead of finding the store gone. */
+#define CHORUS_STORE_LINGER_KEY "chorus/linger"
 void chorus__store_close(chorus_store_t* s);
 const char* chorus__store_error(const chorus_store_t* s);
 

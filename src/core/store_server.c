@@ -18,6 +18,9 @@
 #include "core/sock.h"
 #include "core/store.h"
 
+/* How long a store whose job cannot form stays up once nobody is connected (store.h). */
+#define STORE_LINGER_NS (2000ull * 1000000ull)
+
 typedef struct {
   char* key;
   void* val;
@@ -43,6 +46,7 @@ typedef struct chorus_store_server {
   size_t nclients;
   int done_count;
   int done_target; /* 0 until the first DONE says how many ranks there are */
+  uint64_t last_client_ns; /* when a client was last seen connected */
 } server_t; /* chorus_store_server_t in store.h */
 
 static kv_t* kv_find(server_t* s, const char* key) {
@@ -292,11 +296,16 @@ static void accept_clients(server_t* s) {
 /* The store's work is over once some rank said DONE (the job got past joining, or gave up)
  * and no rank is connected any more: ranks stay connected from publishing until they hear that
  * everyone said DONE (CHORUS_STORE_ALL_DONE_KEY), and a rank that joins after the others gave up
- * would fail anyway. Clients that never presented the secret do not hold it open. */
-static int store_finished(const server_t* s) {
+ * would fail anyway. While the listener is open, a connection whose hello has not arrived yet
+ * may be a rank (of a job that failed: it should read why in the store, not find it gone);
+ * once every rank said DONE, only ranks hold the store open. */
+static int store_finished(server_t* s, uint64_t now) {
   if (s->done_count == 0) return 0;
   for (size_t i = 0; i < s->nclients; i++)
-    if (s->clients[i].authed) return 0;
+    if (s->clients[i].authed || s->listen_fd >= 0) return 0;
+  /* A job that cannot form (CHORUS_STORE_LINGER_KEY): ranks slower to start still read why. */
+  if (s->listen_fd >= 0 && kv_find(s, CHORUS_STORE_LINGER_KEY) && now - s->last_client_ns < STORE_LINGER_NS)
+    return 0;
   return 1;
 }
 
@@ -308,7 +317,8 @@ static void* server_main(void* arg) {
   server_t* s = arg;
   pthread_setname_np(pthread_self(), "chorus-store");
   struct pollfd* pfds = NULL;
-  while (!store_finished(s)) {
+  s->last_client_ns = chorus__now_ns();
+  while (!store_finished(s, chorus__now_ns())) {
     struct pollfd* grown = realloc(pfds, (s->nclients + 1) * sizeof(*pfds));
     if (!grown) break;
     pfds = grown;
@@ -328,6 +338,7 @@ static void* server_main(void* arg) {
       if (bad) drop_client(s, ci);
     }
     if (pfds[0].revents & POLLIN) accept_clients(s);
+    if (s->nclients) s->last_client_ns = chorus__now_ns();
   }
   CH_DEBUG(STORE, -1, "bootstrap store exits after %d clients finished", s->done_count);
   free(pfds);

@@ -43,7 +43,7 @@ run_pair sizes 2,2 2,3
 [ $RC0 != 0 ] && [ $RC1 != 0 ] || fail "sizes: exits $RC0 and $RC1, expected both non-zero"
 ((ELAPSED < 20)) || fail "sizes: took $ELAPSED s (the connect timeout is 30)"
 n=$(cat "$TMP/sizes.0" "$TMP/sizes.1" | grep -c "was started for a job of [45] ranks, this rank for [45]")
-((n >= 4)) || fail "sizes: $n ranks named the size mismatch: $(cat "$TMP/sizes.0" "$TMP/sizes.1" | head -n 20)"
+((n >= 4)) || fail "sizes: $n ranks named the size mismatch: $(cat "$TMP/sizes.0" "$TMP/sizes.1" | head -n 40)"
 ok "-n 2,2 and -n 2,3 on two hosts: both fail in $ELAPSED s, $n ranks name the sizes"
 
 run_pair gap 1,3 2,3

@@ -2,7 +2,8 @@
  * test_store.c - the bootstrap store: set/get/add, waiting gets and their timeouts, the
  * secret check, malformed clients, an unreachable address, the server's exit once every
  * rank has said it is done, replies that are not held back by Nagle's algorithm, and a
- * joining rank that reaches a store started after it soon.
+ * joining rank that reaches a store started after it soon, and a store that waits for late
+ * ranks of a job that cannot form.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -246,4 +247,33 @@ TEST(store_connect_reaches_a_late_store_soon) {
   ASSERT_TRUE(late_ms < 250);
   ASSERT_OK(chorus__store_done(s, 1));
   chorus__store_close(s);
+}
+
+/* A rank that found the job cannot form leaves its reason and CHORUS_STORE_LINGER_KEY, says
+ * DONE and leaves; a rank that starts 500 ms later still finds the store and the reason (before,
+ * the store ended as soon as nobody was connected, and that rank found nothing to connect to).
+ * Once nobody has been connected for 2 s, the store ends. */
+TEST(store_lingers_for_late_ranks_of_a_job_that_cannot_form) {
+  char addr[64], err[256];
+  start_server(addr, sizeof(addr));
+  chorus_store_t* refuser = connect_ok(addr);
+  ASSERT_OK(chorus__store_set(refuser, "abort", "sizes differ", 12));
+  ASSERT_OK(chorus__store_set(refuser, CHORUS_STORE_LINGER_KEY, "1", 1));
+  ASSERT_OK(chorus__store_done(refuser, 4));
+  chorus__store_close(refuser);
+  usleep(500 * 1000);
+  chorus_store_t* late = connect_ok(addr);
+  void* why = NULL;
+  size_t len = 0;
+  ASSERT_OK(chorus__store_get(late, "abort", &why, &len, 1000));
+  ASSERT_TRUE(len == 12 && memcmp(why, "sizes differ", 12) == 0);
+  free(why);
+  ASSERT_OK(chorus__store_done(late, 4));
+  chorus__store_close(late);
+  /* Every connection restarts the wait: look once, after it (2 s and the 100 ms poll) passed. */
+  usleep(3000 * 1000);
+  chorus_store_t* c = NULL;
+  chorus_status_t st = chorus__store_connect(addr, secret, chorus__now_ns() + 100000000ull, 0, &c, err, sizeof(err));
+  if (st >= 0) chorus__store_close(c);
+  ASSERT_TRUE(st < 0);
 }
