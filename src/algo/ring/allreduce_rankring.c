@@ -14,7 +14,6 @@
 #include "algo/algos.h"
 #include "algo/common.h"
 #include "algo/ring/ring.h"
-#include "core/topo.h"
 
 static double rank_order_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double n = t->nranks, bytes = (double)t->args.count * (double)t->dtype_size;
