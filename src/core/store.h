@@ -2,7 +2,7 @@
  * store.h - the bootstrap key-value store: set / get (waits for the key) / add, served over TCP
  * by one process (the maker of the unique id, or rank 0 under chorus_comm_init_env). Every
  * connection first presents the magic, protocol version and the shared secret. The server
- * stops by itself once `nranks` clients have said they are done.
+ * closes its listener once `nranks` clients have said they are done, and stops once they left.
  */
 #ifndef CHORUS_STORE_H
 #define CHORUS_STORE_H
@@ -37,7 +37,8 @@ chorus_status_t chorus__store_get(chorus_store_t* s, const char* key, void** val
                                   int timeout_ms);
 chorus_status_t chorus__store_add(chorus_store_t* s, const char* key, int64_t delta,
                                   int64_t* result);
-/* Tells the server this client is finished; the server exits after `nranks` such calls. */
+/* Tells the server this client is finished; after `nranks` such calls the server closes its
+ * listener, sets CHORUS_STORE_ALL_DONE_KEY, and exits once its clients have left. */
 chorus_status_t chorus__store_done(chorus_store_t* s, int nranks);
 /* The key the server sets once `nranks` clients said DONE ("done"; its listener is closed by
  * then), or once a client left without DONE ("lost"): a GET of it waits for every rank. */
