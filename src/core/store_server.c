@@ -98,8 +98,9 @@ static int serve_wait(server_t* s, client_t* c, uint64_t now);
 
 /* Answers the GETs that wait for key (just set). */
 static void wake_waiters(server_t* s, const char* key) {
+  uint64_t now = chorus__now_ns();
   for (size_t i = 0; i < s->nclients; i++)
-    if (s->clients[i].wait_key && strcmp(s->clients[i].wait_key, key) == 0) serve_wait(s, &s->clients[i], chorus__now_ns());
+    if (s->clients[i].wait_key && strcmp(s->clients[i].wait_key, key) == 0) serve_wait(s, &s->clients[i], now);
 }
 
 static void set_and_wake(server_t* s, const char* key, const char* val) {
@@ -301,11 +302,13 @@ static void accept_clients(server_t* s) {
  * once every rank said DONE, only ranks hold the store open. */
 static int store_finished(server_t* s, uint64_t now) {
   if (s->done_count == 0) return 0;
+  if (s->listen_fd >= 0) { /* not every rank said DONE */
+    if (s->nclients) return 0;
+    /* A job that cannot form (CHORUS_STORE_LINGER_KEY): ranks slower to start still read why. */
+    return !kv_find(s, CHORUS_STORE_LINGER_KEY) || now - s->last_client_ns >= STORE_LINGER_NS;
+  }
   for (size_t i = 0; i < s->nclients; i++)
-    if (s->clients[i].authed || s->listen_fd >= 0) return 0;
-  /* A job that cannot form (CHORUS_STORE_LINGER_KEY): ranks slower to start still read why. */
-  if (s->listen_fd >= 0 && kv_find(s, CHORUS_STORE_LINGER_KEY) && now - s->last_client_ns < STORE_LINGER_NS)
-    return 0;
+    if (s->clients[i].authed) return 0;
   return 1;
 }
 

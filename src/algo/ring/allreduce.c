@@ -29,10 +29,14 @@
 #include "algo/common.h"
 #include "algo/ring/ring.h"
 
-static double ring_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+double chorus__ring_allreduce_cost_us(const chorus_task_t* t, const chorus_link_model_t* link) {
   double n = t->nranks, bytes = (double)t->args.count * (double)t->dtype_size;
   if (t->nranks <= 1) return 0.0;
-  return 2.0 * (n - 1.0) * cx->flat.alpha_us + 2.0 * (n - 1.0) / n * bytes / cx->flat.bytes_per_us;
+  return 2.0 * (n - 1.0) * link->alpha_us + 2.0 * (n - 1.0) / n * bytes / link->bytes_per_us;
+}
+
+static double ring_allreduce_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
+  return chorus__ring_allreduce_cost_us(t, &cx->flat);
 }
 
 static chorus_status_t ring_allreduce_init(chorus_task_t* t) {

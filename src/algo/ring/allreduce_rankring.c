@@ -16,20 +16,12 @@
 #include "algo/ring/ring.h"
 
 static double rank_order_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
-  double n = t->nranks, bytes = (double)t->args.count * (double)t->dtype_size;
-  if (t->nranks <= 1) return 0.0;
-  const chorus_link_model_t* link = t->topo->identity ? &cx->flat : &cx->spread;
-  return 2.0 * (n - 1.0) * link->alpha_us + 2.0 * (n - 1.0) / n * bytes / link->bytes_per_us;
+  return chorus__ring_allreduce_cost_us(t, t->topo->identity ? &cx->flat : &cx->spread);
 }
 
 static chorus_status_t rank_order_init(chorus_task_t* t) {
   chorus_group_t in_rank_order = {.size = t->nranks, .me = t->rank, .ranks = NULL};
-  chorus_sched_t s;
-  chorus__sched_of_task(t, in_rank_order, &s);
-  chorus_ring_t* g = NULL;
-  chorus_status_t st = chorus__ring_start(&s, CHORUS_RING_ALLREDUCE, &g);
-  t->state = g;
-  return st;
+  return chorus__ring_init_over(t, CHORUS_RING_ALLREDUCE, in_rank_order);
 }
 
 const chorus_algo_t chorus__algo_rankring_allreduce = {

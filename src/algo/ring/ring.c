@@ -386,8 +386,12 @@ void chorus__ring_free(ring_t* g) { ring_free(g); }
 /* ---- the registry's adapters: the whole communicator on its host-ordered ring ---- */
 
 chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind) {
+  return chorus__ring_init_over(t, kind, chorus__topo_ring(t->topo, t->rank));
+}
+
+chorus_status_t chorus__ring_init_over(chorus_task_t* t, chorus_ring_kind_t kind, chorus_group_t ring) {
   chorus_sched_t s;
-  chorus__sched_of_task(t, chorus__topo_ring(t->topo, t->rank), &s);
+  chorus__sched_of_task(t, ring, &s);
   /* Block collectives keep their layout: the member at ring position i owns its rank's block. */
   if (kind != CHORUS_RING_ALLREDUCE) s.block_of = s.group.ranks;
   if (chorus__coll_is_v(t->args.coll)) { /* rank i's block: recvcounts[i] elements at rdispls[i] */

@@ -51,8 +51,13 @@ void chorus__ring_free(chorus_ring_t* ring);
 /* The registry entries' init/progress/fini: the whole communicator on its host-ordered ring
  * (allgatherv, reduce_scatterv: blocks of the task's recvcounts at its rdispls). */
 chorus_status_t chorus__ring_init(chorus_task_t* t, chorus_ring_kind_t kind);
+/* The same over another ordering of the whole communicator (rankring: rank order). */
+chorus_status_t chorus__ring_init_over(chorus_task_t* t, chorus_ring_kind_t kind, chorus_group_t ring);
 chorus_status_t chorus__ring_progress(chorus_task_t* t);
 void chorus__ring_fini(chorus_task_t* t);
+/* Cost of the ring allreduce of the whole communicator when its slowest hop is `link`
+ * (allreduce.c). */
+double chorus__ring_allreduce_cost_us(const chorus_task_t* t, const chorus_link_model_t* link);
 /* Cost of ring allgatherv and reduce_scatterv (allgatherv.c). */
 double chorus__ring_v_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx);
 
