@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# run.sh - the emulated-cluster headline table: a float32 sum allreduce on H hosts x L ranks
+# run.sh - the emulated-cluster headline table: a float32 sum allreduce (or another collective,
+# --coll) on H hosts x L ranks
 # (network namespaces on a bridge, every host link shaped with tc tbf, scripts/cluster.sh) for
 # Chorus's algorithms and numberings and for Open MPI over TCP, alternating the contenders
 # within each repetition (A, B, C, ..., A, B, C, ...), with medians and the bytes that crossed
@@ -9,10 +10,15 @@
 # Usage: bench/cluster/run.sh [options]
 #   --reps N          repetitions (each runs every row at every size once) [3]
 #   --sizes "..."     message sizes, bytes with K/M suffixes [4K 1M 64M]
-#   --rows "..."      rows, of: naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi
-#                     ompi_best [all of them], and the compressed allreduce (automatic selection with
-#                     CHORUS_COMPRESSION set, not checked: lossy): zip_fp16 zip_bf16 zip_int8
-#                     zip_int4 zip_topk (top-k 1%)
+#   --coll NAME       allreduce, broadcast, allgather, reduce_scatter or alltoall [allreduce]
+#   --rows "..."      rows, of: auto and auto_rr (the automatic choice, ranks numbered by host and
+#                     round robin), ompi and ompi_best (Open MPI's default and its fastest forced
+#                     algorithm), a Chorus algorithm forced by name (hier, ring, binomial, ...;
+#                     NAME_rr: numbered round robin), and for allreduce the compressed rows
+#                     (automatic selection with CHORUS_COMPRESSION set, not checked: lossy):
+#                     zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk (top-k 1%)
+#                     [allreduce: naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi
+#                     ompi_best; alltoall: auto auto_rr ompi ompi_best; the others: hier too]
 #   --hosts H         [4]
 #   --ranks L         ranks per host [2]
 #   --rate RATE       tc tbf rate of every host link, each way [2gbit]
@@ -30,8 +36,10 @@
 #                     namespaces' net.ipv4.tcp_congestion_control) for every contender
 #   --no-install      do not apt-get install missing packages (missing contenders are skipped)
 #   -h, --help        this text
-# ompi_best: before the repetitions, each of coll_tuned_allreduce_algorithm 1..6 runs once at
-# the largest size; the fastest is the row (its number is printed in the table).
+# ompi_best: before the repetitions, each of Open MPI's algorithms for the collective
+# (coll_tuned_allreduce_algorithm 1..6, bcast 1..9, allgather 1..6, reduce_scatter 1..4,
+# alltoall 1..5) runs once at the largest size; the fastest is the row (its number is printed
+# in the table).
 # Bytes per call: the sum over hosts of eth0's tx_bytes (read in each host's namespace before
 # and after a run) divided by the run's calls (warm-up + timed + the one checked call); it
 # includes the run's bootstrap and connection set-up and the link-level headers.
@@ -41,10 +49,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CHORUS_CLUSTER_BUILD_DIR:-$REPO/build}
 ALL_ROWS="naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best"
+OTHER_COLL_ROWS="hier auto auto_rr ompi ompi_best" # alltoall has no hier
 ZIP_ROWS="zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk"
 SUBNET=198.18.0
 
-reps=3 sizes="4K 1M 64M" rows=$ALL_ROWS hosts=4 ranks=2 rate=2gbit out=/tmp/chorus-cluster
+reps=3 sizes="4K 1M 64M" rows="" coll=allreduce hosts=4 ranks=2 rate=2gbit out=/tmp/chorus-cluster
 run_timeout=300 line_rate=0 install=1 inner=0 cc=""
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
@@ -55,6 +64,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=${2:?}; shift ;;
     --sizes) sizes=${2:?}; shift ;;
     --rows) rows=${2:?}; shift ;;
+    --coll) coll=${2:?}; shift ;;
     --hosts) hosts=${2:?}; shift ;;
     --ranks) ranks=${2:?}; shift ;;
     --rate) rate=${2:?}; shift ;;
@@ -72,7 +82,26 @@ done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
 [[ $run_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout-sec needs seconds"
 [ -z "$cc" ] || [ $line_rate = 1 ] || die "--cc goes with --line-rate"
-[ $line_rate = 1 ] || for r in $rows; do [[ " $ALL_ROWS $ZIP_ROWS " == *" $r "* ]] || die "unknown row '$r'"; done
+# Open MPI's name of the collective and how many algorithms coll_tuned has for it (4.1)
+case $coll in
+  allreduce) mpi_coll=allreduce mpi_algs=6 ;;
+  broadcast) mpi_coll=bcast mpi_algs=9 ;;
+  allgather) mpi_coll=allgather mpi_algs=6 ;;
+  reduce_scatter) mpi_coll=reduce_scatter mpi_algs=4 ;;
+  alltoall) mpi_coll=alltoall mpi_algs=5 ;;
+  *) die "--coll takes allreduce, broadcast, allgather, reduce_scatter or alltoall" ;;
+esac
+if [ -z "$rows" ]; then
+  case $coll in
+    allreduce) rows=$ALL_ROWS ;;
+    alltoall) rows=${OTHER_COLL_ROWS/hier /} ;;
+    *) rows=$OTHER_COLL_ROWS ;;
+  esac
+fi
+[ $line_rate = 1 ] || for r in $rows; do
+  [[ $r =~ ^[a-z0-9_]+$ ]] || die "unknown row '$r'"
+  [[ $r != zip_* || ( $coll = allreduce && " $ZIP_ROWS " == *" $r "* ) ]] || die "row '$r': only allreduce is compressed"
+done
 
 bytes_of() { # 4K -> 4096
   local v=${1%[KkMmGg]} s=${1: -1}
@@ -104,7 +133,7 @@ if [ $inner = 0 ]; then
   fi
   shape=(--rate "$rate")
   [ $line_rate = 1 ] && hosts=2 ranks=1 shape=() rows="iperf3_1 iperf3_4 chorus_1 chorus_4" sizes=256M
-  args=(--inner --reps "$reps" --sizes "$sizes" --rows "$rows" --hosts "$hosts" --ranks "$ranks"
+  args=(--inner --reps "$reps" --sizes "$sizes" --rows "$rows" --coll "$coll" --hosts "$hosts" --ranks "$ranks"
     --rate "$rate" --out "$out" --timeout-sec "$run_timeout")
   [ $line_rate = 1 ] && args+=(--line-rate)
   [ -n "$cc" ] && args+=(--cc "$cc")
@@ -173,7 +202,7 @@ chmod +x "$WRAP"
 mpi_run() { # LOG ALG(0: default) -- perf args
   local log=$1 alg=$2 dyn=()
   shift 3
-  [ "$alg" = 0 ] || dyn=(--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm "$alg")
+  [ "$alg" = 0 ] || dyn=(--mca coll_tuned_use_dynamic_rules 1 --mca "coll_tuned_${mpi_coll}_algorithm" "$alg")
   PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$SUBNET.0/24 \
     timeout -k 5 "$run_timeout" mpirun.openmpi --allow-run-as-root --oversubscribe -n "$nranks" \
     --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24" \
@@ -200,14 +229,14 @@ ompi_best_alg=""
 one_run() {
   local row=$1 b=$2 log=$3 it wu t0 t1 t calls
   read -r it wu < <(iters_for "$b")
-  local perf=(allreduce -b "$b" -e "$b" -n "$it" -w "$wu" -c 1 -d float32)
+  local perf=("$coll" -b "$b" -e "$b" -n "$it" -w "$wu" -c 1 -d float32)
+  # Broadcast in place, as MPI_Bcast (one buffer) and torch's broadcast: out of place, Chorus's
+  # root would also copy its buffer (mpi_perf ignores -p)
+  [[ $coll = broadcast && $row != ompi* ]] && perf+=(-p 1)
   calls=$(calls_of "$row" "$b")
   [[ $row == setup_* ]] && b=4 calls=1
   t0=$(tx_sum) || return 1
   case $row in
-    naive | ring | dbtree | rhd | hier) chorus_run "$log" host -- "${perf[@]}" -a "$row" ;;
-    ring_rr) chorus_run "$log" rr -- "${perf[@]}" -a ring ;;
-    rankring_rr) chorus_run "$log" rr -- "${perf[@]}" -a rankring ;;
     auto) chorus_run "$log" host -- "${perf[@]}" ;;
     auto_rr) chorus_run "$log" rr -- "${perf[@]}" ;;
     zip_topk) chorus_run "$log" host CHORUS_COMPRESSION=topk:0.01 -- "${perf[@]:0:9}" -c 0 -d float32 ;;
@@ -218,6 +247,8 @@ one_run() {
     setup_chorus) chorus_run "$log" host -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 -a ring ;;
     setup_chorus_rr) chorus_run "$log" rr -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 -a ring ;;
     setup_ompi) mpi_run "$log" 0 -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 ;;
+    *_rr) chorus_run "$log" rr -- "${perf[@]}" -a "${row%_rr}" ;;
+    *) chorus_run "$log" host -- "${perf[@]}" -a "$row" ;;
   esac || { echo "run.sh: $row at $b B failed (log $log)" >&2; return 1; }
   t1=$(tx_sum) || return 1
   t=$(time_of "$log" "$b") || { echo "run.sh: no row for $b B in $log" >&2; return 1; }
@@ -319,14 +350,14 @@ for s in $sizes; do b=$(bytes_of "$s"); ((b > maxb)) && maxb=$b; done
 if [[ " $rows " == *" ompi_best "* ]]; then
   if [ $have_mpi = 1 ]; then
     best="" bestt=""
-    for alg in 1 2 3 4 5 6; do
+    for ((alg = 1; alg <= mpi_algs; alg++)); do
       log=$out/raw/ompi_alg$alg.$maxb.log
       if r=$(one_run "ompi_alg$alg" "$maxb" "$log"); then
         t=${r%% *}
-        echo "coll_tuned_allreduce_algorithm $alg at $maxb B: $t us" | tee -a "$out/ompi_algs.txt" >&2
+        echo "coll_tuned_${mpi_coll}_algorithm $alg at $maxb B: $t us" | tee -a "$out/ompi_algs.txt" >&2
         if [ -z "$bestt" ] || awk -v a="$t" -v b="$bestt" 'BEGIN { exit !(a < b) }'; then best=$alg bestt=$t; fi
       else
-        echo "coll_tuned_allreduce_algorithm $alg at $maxb B: failed" | tee -a "$out/ompi_algs.txt" >&2
+        echo "coll_tuned_${mpi_coll}_algorithm $alg at $maxb B: failed" | tee -a "$out/ompi_algs.txt" >&2
       fi
     done
     ompi_best_alg=$best
@@ -378,19 +409,28 @@ for row in auto auto_rr; do
     b=$(bytes_of "$s")
     log=$out/raw/$row.$b.choice.log
     chorus_run "$log" $numbering CHORUS_LOG_LEVEL=debug CHORUS_LOG_SUBSYS=tune -- \
-      allreduce -b "$b" -e "$b" -n 1 -w 0 -c 0 -d float32 >/dev/null 2>&1
-    c=$(grep -h "allreduce of $b bytes" "$log".host* | head -1 | sed 's/.*allreduce of/allreduce of/')
+      "$coll" -b "$b" -e "$b" -n 1 -w 0 -c 0 -d float32 >/dev/null 2>&1
+    # the call's own line (allgather, reduce_scatter and alltoall name their blocks' bytes)
+    c=$(grep -h "$coll of [0-9]* bytes on" "$log".host* | head -1 | sed "s/.*$coll of/$coll of/")
     l=$(grep -h "links (" "$log".host* | head -1 | sed 's/.*links (/links (/')
     echo "- $row at $s: ${c:-not logged}; ${l:-}" >>"$choices"
   done
 done
 
-# ---- table.md: medians; busbw = algbw * 2(n-1)/n; limits at rate B ----
+# ---- table.md: medians; busbw = algbw x nccl-tests' factor; limits at rate B ----
 rate_bps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /[gG]bit$/) v *= 1e9; else if (r ~ /[mM]bit$/) v *= 1e6; else if (r ~ /[kK]bit$/) v *= 1e3; print v / 8 }')
+# bus: nccl-tests' busbw factor; link: the least a host link carries each way per call, in S
+# (S the size as chorus-perf gives it), however the ranks are scheduled; crossed: the least
+# all the host links carry together, in S
+read -r bus link crossed < <(awk -v c="$coll" -v h="$hosts" -v l="$ranks" -v n="$nranks" 'BEGIN {
+  if (c == "allreduce") print 2 * (n - 1) / n, 2 * (h - 1) / h, 2 * (h - 1)
+  else if (c == "broadcast") print 1, 1, h - 1
+  else if (c == "alltoall") print (n - 1) / n, l * (h - 1) / h, l * (h - 1)
+  else print (n - 1) / n, (h - 1) / h, h - 1 }')
 {
-  echo "$hosts hosts x $ranks ranks, host links tc tbf $rate each way, float32 sum allreduce;"
+  echo "$hosts hosts x $ranks ranks, host links tc tbf $rate each way, float32 $coll (sum where it reduces);"
   echo "medians of $reps repetitions, rows alternated within each repetition; B = $rate_bps B/s."
-  [ -n "$ompi_best_alg" ] && echo "ompi_best = coll_tuned_allreduce_algorithm $ompi_best_alg (fastest of 1..6 at $maxb B, one run each: $out/ompi_algs.txt)."
+  [ -n "$ompi_best_alg" ] && echo "ompi_best = coll_tuned_${mpi_coll}_algorithm $ompi_best_alg (fastest of 1..$mpi_algs at $maxb B, one run each: $out/ompi_algs.txt)."
   echo
   printf '| row |'
   for s in $sizes; do printf ' %s time (ms) | algbw | busbw (GB/s) | sent/call, B (x S) |' "$s"; done
@@ -403,28 +443,30 @@ rate_bps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /[gG]bit$/) v *= 1e9; el
       t=$(awk -F, -v r="$row" -v b="$b" '$2 == r && $3 == b { print $4 }' "$csv" | median) || t=""
       x=$(awk -F, -v r="$row" -v b="$b" '$2 == r && $3 == b { print $7 }' "$csv" | median) || x=""
       if [ -z "$t" ]; then printf ' - | - | - | - |'; continue; fi
-      awk -v t="$t" -v b="$b" -v n="$nranks" -v x="$x" 'BEGIN {
+      awk -v t="$t" -v b="$b" -v bus="$bus" -v x="$x" 'BEGIN {
         a = b / (t * 1e-6) / 1e9
-        printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t / 1e3, a, a * 2 * (n - 1) / n, x, x / b }'
+        printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t / 1e3, a, a * bus, x, x / b }'
     done
     echo
   done
-  printf '| limit: any algorithm, 2(H-1)/H S/B |'
+  printf '| limit: any algorithm, %s S/B |' "$(awk -v c="$coll" 'BEGIN { print c == "allreduce" ? "2(H-1)/H" : c == "broadcast" ? "1" : c == "alltoall" ? "L(H-1)/H" : "(H-1)/H" }')"
   for s in $sizes; do
     b=$(bytes_of "$s")
-    awk -v b="$b" -v h="$hosts" -v n="$nranks" -v B="$rate_bps" 'BEGIN {
-      t = 2 * (h - 1) / h * b / B; a = b / t / 1e9
-      printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t * 1e3, a, a * 2 * (n - 1) / n, 2 * (h - 1) * b, 2 * (h - 1) }'
+    awk -v b="$b" -v link="$link" -v bus="$bus" -v crossed="$crossed" -v B="$rate_bps" 'BEGIN {
+      t = link * b / B; a = b / t / 1e9
+      printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t * 1e3, a, a * bus, crossed * b, crossed }'
   done
   echo
-  printf '| limit: flat ring over n ranks, 2(n-1)/n S/B |'
-  for s in $sizes; do
-    b=$(bytes_of "$s")
-    awk -v b="$b" -v h="$hosts" -v n="$nranks" -v B="$rate_bps" 'BEGIN {
-      t = 2 * (n - 1) / n * b / B; a = b / t / 1e9
-      printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t * 1e3, a, a * 2 * (n - 1) / n, h * 2 * (n - 1) / n * b, h * 2 * (n - 1) / n }'
-  done
-  echo
+  if [ "$coll" = allreduce ]; then
+    printf '| limit: flat ring over n ranks, 2(n-1)/n S/B |'
+    for s in $sizes; do
+      b=$(bytes_of "$s")
+      awk -v b="$b" -v h="$hosts" -v n="$nranks" -v B="$rate_bps" 'BEGIN {
+        t = 2 * (n - 1) / n * b / B; a = b / t / 1e9
+        printf " %.3f | %.4f | %.4f | %.0f (%.2f) |", t * 1e3, a, a * 2 * (n - 1) / n, h * 2 * (n - 1) / n * b, h * 2 * (n - 1) / n }'
+    done
+    echo
+  fi
   echo
   echo "What the automatic rows chose (rank 0's tune log, one extra untimed call per size):"
   cat "$choices"
@@ -432,27 +474,29 @@ rate_bps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /[gG]bit$/) v *= 1e9; el
   for row in $setups; do
     echo "- $row: $(awk -F, -v r="$row" '$2 == r { print $5 }' "$csv" | median)"
   done
-  echo
-  echo "Same-run ratios (median over repetitions of time(row) / time(hier) in the same repetition):"
-  printf '| row |'; for s in $sizes; do printf ' %s |' "$s"; done; echo
-  printf '|---|'; for s in $sizes; do printf -- '---|'; done; echo
-  for row in $rows; do
-    printf '| %s |' "$row"
-    for s in $sizes; do
-      b=$(bytes_of "$s")
-      v=$(awk -F, -v r="$row" -v b="$b" '$3 == b && $2 == "hier" { h[$1] = $4 } $3 == b && $2 == r { t[$1] = $4 }
-        END { for (k in t) if (k in h) print t[k] / h[k] }' "$csv" | median) || v=""
-      [ -n "$v" ] && printf ' %.2f |' "$v" || printf ' - |'
-    done
+  if [[ " $rows " == *" hier "* ]]; then
     echo
-  done
-  # How far a 1.5x-style target against Open MPI can go at all: no exact allreduce beats the link
+    echo "Same-run ratios (median over repetitions of time(row) / time(hier) in the same repetition):"
+    printf '| row |'; for s in $sizes; do printf ' %s |' "$s"; done; echo
+    printf '|---|'; for s in $sizes; do printf -- '---|'; done; echo
+    for row in $rows; do
+      printf '| %s |' "$row"
+      for s in $sizes; do
+        b=$(bytes_of "$s")
+        v=$(awk -F, -v r="$row" -v b="$b" '$3 == b && $2 == "hier" { h[$1] = $4 } $3 == b && $2 == r { t[$1] = $4 }
+          END { for (k in t) if (k in h) print t[k] / h[k] }' "$csv" | median) || v=""
+        [ -n "$v" ] && printf ' %.2f |' "$v" || printf ' - |'
+      done
+      echo
+    done
+  fi
+  # How far a 1.5x-style target against Open MPI can go at all: no exact call beats the link
   # limit, which on the wire is 1514/1448 of the payload's (full TCP segments with timestamps,
   # MTU 1500, tbf counting the Ethernet frame).
   if [[ " $rows " == *" auto "* ]]; then
     echo
     echo "Against auto: time(row) / time(auto) in the same repetition (median), and the ceiling, time(row) /"
-    echo "the link limit with TCP/IP and Ethernet headers (x 1514/1448): what an allreduce at that limit would show."
+    echo "the link limit with TCP/IP and Ethernet headers (x 1514/1448): what a $coll at that limit would show."
     printf '| row |'; for s in $sizes; do printf ' %s / auto | %s ceiling |' "$s" "$s"; done; echo
     printf '|---|'; for s in $sizes; do printf -- '---|---|'; done; echo
     for row in ompi ompi_best; do
@@ -462,8 +506,8 @@ rate_bps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /[gG]bit$/) v *= 1e9; el
         b=$(bytes_of "$s")
         v=$(awk -F, -v r="$row" -v b="$b" '$3 == b && $2 == "auto" { a[$1] = $4 } $3 == b && $2 == r { t[$1] = $4 }
           END { for (k in t) if (k in a) print t[k] / a[k] }' "$csv" | median) || v=""
-        c=$(awk -F, -v r="$row" -v b="$b" -v h="$hosts" -v B="$rate_bps" '$3 == b && $2 == r {
-          print $4 * 1e-6 / (2 * (h - 1) / h * b / B * 1514 / 1448) }' "$csv" | median) || c=""
+        c=$(awk -F, -v r="$row" -v b="$b" -v link="$link" -v B="$rate_bps" '$3 == b && $2 == r {
+          print $4 * 1e-6 / (link * b / B * 1514 / 1448) }' "$csv" | median) || c=""
         [ -n "$v" ] && printf ' %.2f |' "$v" || printf ' - |'
         [ -n "$c" ] && printf ' %.2f |' "$c" || printf ' - |'
       done

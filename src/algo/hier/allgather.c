@@ -1,23 +1,25 @@
 /*
  * hier/allgather.c - two-level allgather: cross hosts once per block, spread inside the host.
- * For H hosts of L ranks (n = H L), B = count elements of each rank, local index l:
- *   1. inter: ring allgather over my rail (rail l, host order) of my own block, straight into
- *      recvbuf: rail member h's block lands at the position of its comm rank;
- *   2. pack the H blocks of my rail, in host order, as segment l (H B elements) of a scratch of
- *      n B elements;
- *   3. intra: allgather of the segments over the host (block H B), in place in the scratch,
- *      so segment l' holds rail l''s blocks in host order: by memory semantics when the host's
- *      ranks share its segment (algo/shm/group.h), else a ring;
+ * For H hosts of L ranks (n = H L), B = count elements of each rank, local index l, each block
+ * cut into C pipeline chunks of E elements (chunk c: elements [c E, c E + E) of every block):
+ *   1. inter: ring allgather over my rail (rail l, host order) of chunk c of my own block,
+ *      straight into recvbuf: rail member h's chunk lands in the block of its comm rank;
+ *   2. pack chunk c of the H blocks of my rail, in host order, as segment l (H E elements) of
+ *      chunk c's region of a scratch of n B elements (region c: n E elements from n c E);
+ *   3. intra: allgather of the region's segments over the host (block H E), in place, so that
+ *      segment l' holds chunk c of rail l''s blocks in host order: by memory semantics when the
+ *      host's ranks share its segment (algo/shm/group.h), else a ring;
  *   4. unpack every other segment l' into recvbuf at the comm ranks of rail l'.
- * Bytes that cross hosts per rank: (H-1) B sent and received, 1/L of the (n-1) B it gathers
- * (a flat ring over the host-ordered ring sends (n-1) B per rank over host boundaries on the
- * ranks at them). Not pipelined across the levels (each ring pipelines by chunk inside itself):
- * the inter phase is one ring over the whole blocks, and the intra one follows it.
+ * Step 1 of chunk c+1 crosses hosts while steps 2-4 of chunk c run inside the host (hier.h's
+ * pipeline). Bytes that cross hosts per rank: (H-1) B sent and received, 1/L of the (n-1) B it
+ * gathers (a flat ring over the host-ordered ring sends (n-1) B per rank over host boundaries on
+ * the ranks at them).
  *
- * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2): the L rails of a host cross its
- * link at once (each at b2/L), and the copies (the shm allgather's, the pack and the unpack: 2 n
- * S per rank) follow them:
- *   T = (H-1) (a2' + L S/b2) + the shm allgather's hand-overs + the copies (hier.h's price),
+ * Cost (alpha-beta, S = E bytes a chunk, intra a1/b1, inter a2/b2): per chunk the L rails of a
+ * host cross its link at once (each at b2/L), and the copies (the shm allgather's, the pack and
+ * the unpack: 2 n S per rank) follow them, overlapped with the next chunk's crossing:
+ *   inter = (H-1) (a2' + L S/b2), intra = the shm allgather's hand-overs + the copies (hier.h),
+ *   T = inter + intra + (C-1) max(inter, intra),
  * a2' the alpha of messages that leave at once (cx->spread: the rails start together).
  *
  * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode (HCCL's intra AG -> inter
@@ -49,6 +51,9 @@ typedef struct {
   const chorus_topo_t* topo;
   chorus_hier_place_t at;
   char* scratch;
+  size_t pipe_elems;    /* E: elements of each block in a pipeline chunk (rails) */
+  size_t* rail_counts;  /* H entries each: a chunk's blocks on the rail's ring (the ring runs */
+  size_t* rail_displs;  /* one chunk at a time, so one pair serves them all) */
   int shm;              /* the intra-host step by memory semantics */
   size_t* seg_first;    /* L entries each: the rails' segments of the scratch */
   size_t* seg_len;
@@ -58,13 +63,22 @@ typedef struct {
   chorus_hier_pipe_t pipe;
 } hag_t;
 
-/* The position of rail l's block h in the scratch, and in recvbuf. */
-static char* scratch_block(const hag_t* h, int l, int host) {
-  return h->scratch + ((size_t)l * (size_t)h->at.H + (size_t)host) * h->whole.count * h->whole.elem_bytes;
+static size_t chunk_first(const hag_t* h, size_t c) { return c * h->pipe_elems; }
+static size_t chunk_elems(const hag_t* h, size_t c) {
+  return chorus__min_sz(h->pipe_elems, h->whole.count - chunk_first(h, c));
 }
-static char* recv_block(const hag_t* h, int l, int host) {
-  int rank = h->topo->rails[l * h->topo->nhosts + host];
-  return (char*)h->whole.recvbuf + (size_t)rank * h->whole.count * h->whole.elem_bytes;
+
+/* Chunk c's region of the scratch (n E elements), and in it chunk c of rail l's block h. */
+static char* scratch_region(const hag_t* h, size_t c) {
+  return h->scratch + (size_t)h->at.H * (size_t)h->at.L * chunk_first(h, c) * h->whole.elem_bytes;
+}
+static char* scratch_block(const hag_t* h, size_t c, int l, int host) {
+  return scratch_region(h, c) + ((size_t)l * (size_t)h->at.H + (size_t)host) * chunk_elems(h, c) * h->whole.elem_bytes;
+}
+/* Chunk c of the block of rail l's member h in recvbuf. */
+static char* recv_block(const hag_t* h, size_t c, int l, int host) {
+  size_t rank = (size_t)h->topo->rails[l * h->topo->nhosts + host];
+  return (char*)h->whole.recvbuf + (rank * h->whole.count + chunk_first(h, c)) * h->whole.elem_bytes;
 }
 
 /* Leader mode, stage 0: my block into my host's bundle; 1: the leaders' bundles; 2: the whole
@@ -102,26 +116,33 @@ static chorus_status_t hag_leader_start(chorus_task_t* t, hag_t* h, chorus_sched
   return chorus__hier_run_shm(t, s, CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len, 0, run);
 }
 
-static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
+static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t c, chorus_hier_run_t* run) {
   hag_t* h = ctx;
-  size_t block = h->whole.count * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
-  s.tag_base = chorus__hier_tag(stage, chunk);
+  s.tag_base = chorus__hier_tag(stage, c);
   if (h->leader) return hag_leader_start(t, h, &s, stage, run);
-  if (stage == 0) { /* inter: my block over my rail, into recvbuf */
+  size_t es = h->whole.elem_bytes, first = chunk_first(h, c), E = chunk_elems(h, c);
+  if (stage == 0) { /* inter: chunk c of my block over my rail, into the members' blocks */
+    for (int host = 0; host < h->at.H; host++) {
+      h->rail_counts[host] = E;
+      h->rail_displs[host] = (size_t)h->at.rail.ranks[host] * h->whole.count + first;
+    }
     s.group = h->at.rail;
-    s.block_of = h->at.rail.ranks;
+    s.sendbuf = (const char*)h->whole.sendbuf + first * es;
+    s.count = E;
+    s.counts = h->rail_counts;
+    s.displs = h->rail_displs;
     return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
   }
-  for (int host = 0; host < h->at.H; host++) /* pack my rail's blocks as segment l */
-    chorus__algo_copy(scratch_block(h, h->at.l, host), recv_block(h, h->at.l, host), block);
+  for (int host = 0; host < h->at.H; host++) /* pack my rail's chunks as segment l */
+    chorus__algo_copy(scratch_block(h, c, h->at.l, host), recv_block(h, c, h->at.l, host), E * es);
   s.group = h->at.host;
-  s.count = (size_t)h->at.H * h->whole.count;
-  s.sendbuf = scratch_block(h, h->at.l, 0);
-  s.recvbuf = h->scratch;
+  s.count = (size_t)h->at.H * E;
+  s.sendbuf = scratch_block(h, c, h->at.l, 0);
+  s.recvbuf = scratch_region(h, c);
   s.block_of = NULL;
   if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
-  s.sendbuf = h->scratch; /* in place: segment l of the scratch is mine */
+  s.sendbuf = s.recvbuf; /* in place: segment l of the region is mine */
   size_t seg = s.count;
   for (int l = 0; l < h->at.L; l++) {
     h->seg_first[l] = (size_t)l * seg;
@@ -130,18 +151,18 @@ static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t 
   return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_AG, h->seg_first, h->seg_len, 0, run);
 }
 
-static void hag_finish(void* ctx, int stage, size_t chunk) {
-  (void)chunk;
+static void hag_finish(void* ctx, int stage, size_t c) {
   hag_t* h = ctx;
-  size_t block = h->whole.count * h->whole.elem_bytes;
   if (h->leader) {
+    size_t block = h->whole.count * h->whole.elem_bytes;
     if (stage == 2 && h->scratch != (char*)h->whole.recvbuf) chorus__hier_reorder(h->topo, h->scratch, h->whole.recvbuf, block, 0);
     return;
   }
   if (stage != 1) return;
+  size_t bytes = chunk_elems(h, c) * h->whole.elem_bytes;
   for (int l = 0; l < h->at.L; l++)
     if (l != h->at.l)
-      for (int host = 0; host < h->at.H; host++) chorus__algo_copy(recv_block(h, l, host), scratch_block(h, l, host), block);
+      for (int host = 0; host < h->at.H; host++) chorus__algo_copy(recv_block(h, c, l, host), scratch_block(h, c, l, host), bytes);
 }
 
 static chorus_status_t hag_progress(chorus_task_t* t) {
@@ -156,6 +177,7 @@ static void hag_fini(chorus_task_t* t) {
     if (h->scratch != (char*)h->whole.recvbuf) chorus__task_scratch_free(t, h->scratch);
     free(h->seg_first);
     free(h->counts);
+    free(h->rail_counts);
   }
   free(h);
   t->state = NULL;
@@ -202,8 +224,11 @@ static chorus_status_t hag_init(chorus_task_t* t) {
     } else if (st >= 0) {
       size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
       h->scratch = chorus__task_scratch(t, bytes);
-      if (!h->scratch) st = CHORUS_ERR_NO_MEMORY;
-      h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
+      h->rail_counts = calloc(2 * (size_t)h->at.H, sizeof(size_t));
+      if (!h->scratch || !h->rail_counts) st = CHORUS_ERR_NO_MEMORY;
+      else h->rail_displs = h->rail_counts + h->at.H;
+      h->pipe_elems = chorus__hier_block_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.H, t->pipe_unit_bytes);
+      h->pipe = (chorus_hier_pipe_t){.nchunks = h->whole.count ? chorus__div_up(h->whole.count, h->pipe_elems) : 1,
                                      .nstages = 2,
                                      .level = {CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
                                      .active = {1, 1},
@@ -231,9 +256,12 @@ static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t slot = chorus__hier_cost_slot_bytes(t);
   if (!chorus__hier_shape_ok(t)) return hag_leader_cost_us(t, cx, block, slot);
   double n = t->nranks, touched = 2.0 * n * block + block; /* recvbuf, scratch, sendbuf */
-  return (H - 1.0) * (cx->spread.alpha_us + L * block / cx->inter.bytes_per_us) +
-         chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * block), slot), 0.0) +
-         chorus__hier_copy_us(cx, 2.0 * n * block, touched);
+  size_t E = chorus__hier_block_pipe_elems(t->args.count, t->dtype_size, H, t->pipe_unit_bytes);
+  double chunks = t->args.count ? (double)chorus__div_up(t->args.count, E) : 1.0, S = block / chunks;
+  double inter = (H - 1.0) * (cx->spread.alpha_us + L * S / cx->inter.bytes_per_us);
+  double intra = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * S), slot), 0.0) +
+                 chorus__hier_copy_us(cx, 2.0 * n * S, touched);
+  return inter + intra + (chunks - 1.0) * (inter > intra ? inter : intra);
 }
 
 const chorus_algo_t chorus__algo_hier_allgather = {

@@ -205,10 +205,14 @@ static inline chorus_hier_pipe_t chorus__hier_leader_pipe(int leads,
 chorus_status_t chorus__hier_pipe_step(chorus_task_t* t, chorus_hier_pipe_t* p); /* INPROGRESS, OK, < 0 */
 void chorus__hier_pipe_free(chorus_hier_pipe_t* p);
 
-/* Elements per pipeline chunk: about 16 chunks, each giving every local rank between half a
- * pipelining unit and 8 of them (CHORUS_BUFF_SIZE: 128 KiB to 2 MiB by default); pipe.c says
- * why. */
+/* Elements per pipeline chunk of a vector of `count` that L local ranks share out: about 16
+ * chunks, each giving every local rank between half a pipelining unit and 2 of them
+ * (CHORUS_BUFF_SIZE: 128 to 512 KiB by default); pipe.c says why. */
 size_t chorus__hier_pipe_elems(size_t count, size_t elem_bytes, int L, size_t unit_bytes);
+/* The same for the block-layout calls (allgather, reduce_scatter): elements of each block per
+ * chunk, so that a rank's rail carries the same chunk bytes (H blocks of it) as allreduce's. At
+ * least one. */
+size_t chorus__hier_block_pipe_elems(size_t count, size_t elem_bytes, int H, size_t unit_bytes);
 
 /* The tag base of stage `stage` (0..2) of chunk `chunk`: phases of one task never match. */
 static inline uint32_t chorus__hier_tag(int stage, size_t chunk) {

@@ -169,3 +169,8 @@ size_t chorus__hier_pipe_elems(size_t count, size_t elem_bytes, int L, size_t un
   size_t elems = per_rank * (size_t)L / elem_bytes;
   return elems ? elems : 1;
 }
+
+size_t chorus__hier_block_pipe_elems(size_t count, size_t elem_bytes, int H, size_t unit_bytes) {
+  size_t elems = chorus__hier_pipe_elems(count * (size_t)H, elem_bytes, 1, unit_bytes) / (size_t)H;
+  return elems ? elems : 1;
+}

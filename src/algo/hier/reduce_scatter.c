@@ -1,25 +1,27 @@
 /*
  * hier/reduce_scatter.c - two-level reduce_scatter: reduce inside the host first, so that only
  * what is left crosses hosts. For H hosts of L ranks (n = H L), B = count elements per block,
- * local index l:
- *   1. pack sendbuf into a scratch in rail order: segment l' (H B elements) = the blocks of the
- *      comm ranks of rail l', in host order;
- *   2. intra: reduce_scatter of the segments over the host (block H B, left undivided): local
- *      rank l ends with segment l reduced over its host, by memory semantics in place in the
- *      packed scratch when the host's ranks share its segment (algo/shm/group.h), else by a
- *      ring into a second scratch of H B;
- *   3. inter: ring reduce_scatter of those H blocks over rail l (member h owns block h, which
- *      is the block of comm rank rails[l][h]: for me, my own), into recvbuf; avg divides here
- *      by n, once.
- * Bytes that cross hosts per rank: (H-1) B sent and received (a flat ring over the host-ordered
- * ring sends (n-1) B per rank, across host boundaries on the ranks at them). Not pipelined
- * across the levels (each ring pipelines by chunk inside itself): the inter phase waits for the
- * whole intra one.
+ * local index l, each block cut into C pipeline chunks of E elements (chunk c: elements
+ * [c E, c E + E) of every block):
+ *   1. pack chunk c of sendbuf's blocks into chunk c's region of a scratch (n E elements from
+ *      n c E) in rail order: segment l' (H E elements) = chunk c of the blocks of the comm ranks
+ *      of rail l', in host order;
+ *   2. intra: reduce_scatter of the region's segments over the host (block H E, left
+ *      undivided): local rank l ends with segment l reduced over its host, by memory semantics
+ *      in place in the region when the host's ranks share its segment (algo/shm/group.h), else
+ *      by a ring into a second scratch of H B (chunk c at H c E);
+ *   3. inter: ring reduce_scatter of those H chunks over rail l (member h owns chunk h, which
+ *      is in the block of comm rank rails[l][h]: for me, my own), into chunk c of recvbuf; avg
+ *      divides here by n, once.
+ * Step 3 of chunk c crosses hosts while steps 1-2 of chunk c+1 run inside the host (hier.h's
+ * pipeline). Bytes that cross hosts per rank: (H-1) B sent and received (a flat ring over the
+ * host-ordered ring sends (n-1) B per rank, across host boundaries on the ranks at them).
  *
- * Cost (alpha-beta, S = B bytes, intra a1/b1, inter a2/b2): the copies (the pack, the shm
- * reduce-scatter's staging and reduction: 3 n S per rank) come first, then the L rails of a host
- * cross its link at once (each at b2/L):
- *   T = the shm reduce-scatter's hand-overs + the copies (hier.h's price) + (H-1) (a2' + L S/b2),
+ * Cost (alpha-beta, S = E bytes a chunk, intra a1/b1, inter a2/b2): per chunk the copies (the
+ * pack, the shm reduce-scatter's staging and reduction: 3 n S per rank), then the L rails of a
+ * host crossing its link at once (each at b2/L), overlapped with the next chunk's copies:
+ *   intra = the shm reduce-scatter's hand-overs + the copies (hier.h), inter = (H-1) (a2' + L S/b2),
+ *   T = intra + inter + (C-1) max(intra, inter),
  * a2' the alpha of messages that leave at once (cx->spread: the rails start together).
  *
  * Hosts of unequal size (3+1, 1+2+3) have no rails; the leader mode serves them, with the n
@@ -50,8 +52,9 @@ typedef struct {
   chorus_sched_t whole;
   const chorus_topo_t* topo;
   chorus_hier_place_t at;
-  char* packed;  /* n B: the input in rail order */
-  char* reduced; /* H B: my segment reduced over the host (with shm: segment l of packed) */
+  char* packed;  /* n B: the input in rail order, chunk by chunk */
+  char* reduced; /* without shm, H B: my segments reduced over the host, chunk by chunk */
+  size_t pipe_elems; /* E: elements of each block in a pipeline chunk (rails) */
   int shm;              /* the intra-host step by memory semantics */
   size_t* seg_first;    /* L entries each: the rails' segments of packed */
   size_t* seg_len;
@@ -98,27 +101,45 @@ static void hrs_leader_finish(void* ctx, int stage, size_t chunk) {
   if (stage == 2) chorus__algo_copy(h->whole.recvbuf, h->bundle + (size_t)h->at.l * block, block);
 }
 
-static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t chunk, chorus_hier_run_t* run) {
+static size_t chunk_first(const hrs_t* h, size_t c) { return c * h->pipe_elems; }
+static size_t chunk_elems(const hrs_t* h, size_t c) {
+  return chorus__min_sz(h->pipe_elems, h->whole.count - chunk_first(h, c));
+}
+
+/* Chunk c's region of the packed input (n E elements), and the H E elements of it that I
+ * reduce inside the host and carry over my rail: segment l of the region (shm, in place), or
+ * chunk c's part of the second scratch. */
+static char* packed_region(const hrs_t* h, size_t c) {
+  return h->packed + (size_t)h->at.H * (size_t)h->at.L * chunk_first(h, c) * h->whole.elem_bytes;
+}
+static char* reduced_chunk(const hrs_t* h, size_t c) {
+  size_t seg = (size_t)h->at.H * chunk_elems(h, c) * h->whole.elem_bytes;
+  if (h->shm) return packed_region(h, c) + (size_t)h->at.l * seg;
+  return h->reduced + (size_t)h->at.H * chunk_first(h, c) * h->whole.elem_bytes;
+}
+
+static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t c, chorus_hier_run_t* run) {
   hrs_t* h = ctx;
-  size_t block = h->whole.count * h->whole.elem_bytes;
   chorus_sched_t s = h->whole;
-  s.tag_base = chorus__hier_tag(stage, chunk);
+  s.tag_base = chorus__hier_tag(stage, c);
   s.block_of = NULL;
   if (h->leader) return hrs_leader_start(t, h, &s, stage, run);
-  if (stage == 0) { /* pack, then reduce over the host */
+  size_t es = h->whole.elem_bytes, first = chunk_first(h, c), E = chunk_elems(h, c);
+  if (stage == 0) { /* pack chunk c, then reduce it over the host */
+    char* region = packed_region(h, c);
     for (int l = 0; l < h->at.L; l++)
       for (int host = 0; host < h->at.H; host++) {
-        int rank = h->topo->rails[l * h->topo->nhosts + host];
-        chorus__algo_copy(h->packed + ((size_t)l * (size_t)h->at.H + (size_t)host) * block,
-                          (const char*)h->whole.sendbuf + (size_t)rank * block, block);
+        size_t rank = (size_t)h->topo->rails[l * h->topo->nhosts + host];
+        chorus__algo_copy(region + ((size_t)l * (size_t)h->at.H + (size_t)host) * E * es,
+                          (const char*)h->whole.sendbuf + (rank * h->whole.count + first) * es, E * es);
       }
     s.group = h->at.host;
-    s.count = (size_t)h->at.H * h->whole.count;
-    s.sendbuf = h->packed;
-    s.recvbuf = h->reduced;
+    s.count = (size_t)h->at.H * E;
+    s.sendbuf = region;
+    s.recvbuf = reduced_chunk(h, c);
     s.avg_divisor = 0; /* partial sums: the inter phase divides */
     if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
-    s.recvbuf = h->packed; /* in place: my segment of the packed input ends reduced */
+    s.recvbuf = region; /* in place: my segment of the region ends reduced */
     for (int l = 0; l < h->at.L; l++) {
       h->seg_first[l] = (size_t)l * s.count;
       h->seg_len[l] = s.count;
@@ -126,7 +147,9 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
     return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_RS, h->seg_first, h->seg_len, 0, run);
   }
   s.group = h->at.rail;
-  s.sendbuf = h->reduced;
+  s.sendbuf = reduced_chunk(h, c);
+  s.recvbuf = (char*)h->whole.recvbuf + first * es;
+  s.count = E;
   return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
 }
 
@@ -196,8 +219,9 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
       size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
       h->packed = chorus__task_scratch(t, bytes);
       if (!h->packed) st = CHORUS_ERR_NO_MEMORY;
-      else h->reduced = h->shm ? h->packed + (size_t)h->at.l * (size_t)h->at.H * block : h->packed + (size_t)t->nranks * block;
-      h->pipe = (chorus_hier_pipe_t){.nchunks = 1,
+      else h->reduced = h->packed + (size_t)t->nranks * block;
+      h->pipe_elems = chorus__hier_block_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.H, t->pipe_unit_bytes);
+      h->pipe = (chorus_hier_pipe_t){.nchunks = h->whole.count ? chorus__div_up(h->whole.count, h->pipe_elems) : 1,
                                      .nstages = 2,
                                      .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER},
                                      .active = {1, 1},
@@ -224,9 +248,12 @@ static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t slot = chorus__hier_cost_slot_bytes(t);
   if (!chorus__hier_shape_ok(t)) return hrs_leader_cost_us(t, cx, block, slot);
   double n = t->nranks, touched = (2.0 * n + H) * block; /* sendbuf, the packed scratch */
-  return chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * block), slot), 0.0) +
-         chorus__hier_copy_us(cx, 3.0 * n * block, touched) +
-         (H - 1.0) * (cx->spread.alpha_us + L * block / cx->inter.bytes_per_us);
+  size_t E = chorus__hier_block_pipe_elems(t->args.count, t->dtype_size, H, t->pipe_unit_bytes);
+  double chunks = t->args.count ? (double)chorus__div_up(t->args.count, E) : 1.0, S = block / chunks;
+  double intra = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * S), slot), 0.0) +
+                 chorus__hier_copy_us(cx, 3.0 * n * S, touched);
+  double inter = (H - 1.0) * (cx->spread.alpha_us + L * S / cx->inter.bytes_per_us);
+  return intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
 }
 
 const chorus_algo_t chorus__algo_hier_reduce_scatter = {
