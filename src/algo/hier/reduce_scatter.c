@@ -3,13 +3,14 @@
  * what is left crosses hosts. For H hosts of L ranks (n = H L), B = count elements per block,
  * local index l, each block cut into C pipeline chunks of E elements (chunk c: elements
  * [c E, c E + E) of every block):
- *   1. pack chunk c of sendbuf's blocks into chunk c's region of a scratch (n E elements from
- *      n c E) in rail order: segment l' (H E elements) = chunk c of the blocks of the comm ranks
- *      of rail l', in host order;
- *   2. intra: reduce_scatter of the region's segments over the host (block H E, left
+ *   1. view chunk c of sendbuf's blocks in rail order, as a vector of n E elements: segment l'
+ *      (H E elements) = chunk c of the blocks of the comm ranks of rail l', in host order (a
+ *      list of pieces of sendbuf when the host's ranks share its segment, else packed into
+ *      chunk c's region of a scratch, n E elements from n c E);
+ *   2. intra: reduce_scatter of that vector's segments over the host (block H E, left
  *      undivided): local rank l ends with segment l reduced over its host, by memory semantics
- *      in place in the region when the host's ranks share its segment (algo/shm/group.h), else
- *      by a ring into a second scratch of H B (chunk c at H c E);
+ *      (algo/shm/group.h: its members read their inputs where the list says), into segment l of
+ *      chunk c's region, else by a ring into a second scratch of H B (chunk c at H c E);
  *   3. inter: ring reduce_scatter of those H chunks over rail l (member h owns chunk h, which
  *      is in the block of comm rank rails[l][h]: for me, my own), into chunk c of recvbuf; avg
  *      divides here by n, once.
@@ -18,7 +19,7 @@
  * host-ordered ring sends (n-1) B per rank, across host boundaries on the ranks at them).
  *
  * Cost (alpha-beta, S = E bytes a chunk, intra a1/b1, inter a2/b2): per chunk the copies (the
- * pack, the shm reduce-scatter's staging and reduction: 3 n S per rank), then the L rails of a
+ * shm reduce-scatter's staging and reduction: 2 n S per rank), then the L rails of a
  * host crossing its link at once (each at b2/L), overlapped with the next chunk's copies:
  *   intra = the shm reduce-scatter's hand-overs + the copies (hier.h), inter = (H-1) (a2' + L S/b2),
  *   T = intra + inter + (C-1) max(intra, inter),
@@ -55,6 +56,8 @@ typedef struct {
   char* packed;  /* n B: the input in rail order, chunk by chunk */
   char* reduced; /* without shm, H B: my segments reduced over the host, chunk by chunk */
   size_t pipe_elems; /* E: elements of each block in a pipeline chunk (rails) */
+  chorus_seg_t* pieces; /* shm, n entries: a chunk's input in rail order, where it is in sendbuf (the
+                           intra level runs one chunk at a time, so one list serves them all) */
   int shm;              /* the intra-host step by memory semantics */
   size_t* seg_first;    /* L entries each: the rails' segments of packed */
   size_t* seg_len;
@@ -125,13 +128,14 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.block_of = NULL;
   if (h->leader) return hrs_leader_start(t, h, &s, stage, run);
   size_t es = h->whole.elem_bytes, first = chunk_first(h, c), E = chunk_elems(h, c);
-  if (stage == 0) { /* pack chunk c, then reduce it over the host */
+  if (stage == 0) { /* chunk c in rail order (packed without shm), then reduced over the host */
     char* region = packed_region(h, c);
     for (int l = 0; l < h->at.L; l++)
       for (int host = 0; host < h->at.H; host++) {
-        size_t rank = (size_t)h->topo->rails[l * h->topo->nhosts + host];
-        chorus__algo_copy(region + ((size_t)l * (size_t)h->at.H + (size_t)host) * E * es,
-                          (const char*)h->whole.sendbuf + (rank * h->whole.count + first) * es, E * es);
+        size_t rank = (size_t)h->topo->rails[l * h->topo->nhosts + host], j = (size_t)l * (size_t)h->at.H + (size_t)host;
+        const char* in = (const char*)h->whole.sendbuf + (rank * h->whole.count + first) * es;
+        if (h->shm) h->pieces[j] = (chorus_seg_t){in, NULL, j * E, E};
+        else chorus__algo_copy(region + j * E * es, in, E * es);
       }
     s.group = h->at.host;
     s.count = (size_t)h->at.H * E;
@@ -139,7 +143,10 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
     s.recvbuf = reduced_chunk(h, c);
     s.avg_divisor = 0; /* partial sums: the inter phase divides */
     if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
-    s.recvbuf = region; /* in place: my segment of the region ends reduced */
+    s.recvbuf = region; /* my segment of the region ends reduced */
+    s.segs = h->pieces;
+    s.nsegs = (size_t)t->nranks;
+    s.seg_at = 0;
     for (int l = 0; l < h->at.L; l++) {
       h->seg_first[l] = (size_t)l * s.count;
       h->seg_len[l] = s.count;
@@ -164,6 +171,7 @@ static void hrs_fini(chorus_task_t* t) {
     chorus__hier_pipe_free(&h->pipe);
     chorus__task_scratch_free(t, h->packed);
     free(h->seg_first);
+    free(h->pieces);
     free(h->counts);
   }
   free(h);
@@ -218,7 +226,8 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
       size_t block = h->whole.count * h->whole.elem_bytes;
       size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
       h->packed = chorus__task_scratch(t, bytes);
-      if (!h->packed) st = CHORUS_ERR_NO_MEMORY;
+      h->pieces = h->shm ? calloc((size_t)t->nranks, sizeof(*h->pieces)) : NULL;
+      if (!h->packed || (h->shm && !h->pieces)) st = CHORUS_ERR_NO_MEMORY;
       else h->reduced = h->packed + (size_t)t->nranks * block;
       h->pipe_elems = chorus__hier_block_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.H, t->pipe_unit_bytes);
       h->pipe = (chorus_hier_pipe_t){.nchunks = h->whole.count ? chorus__div_up(h->whole.count, h->pipe_elems) : 1,
@@ -251,7 +260,7 @@ static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t E = chorus__hier_block_pipe_elems(t->args.count, t->dtype_size, H, t->pipe_unit_bytes);
   double chunks = t->args.count ? (double)chorus__div_up(t->args.count, E) : 1.0, S = block / chunks;
   double intra = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * S), slot), 0.0) +
-                 chorus__hier_copy_us(cx, 3.0 * n * S, touched);
+                 chorus__hier_copy_us(cx, 2.0 * n * S, touched);
   double inter = (H - 1.0) * (cx->spread.alpha_us + L * S / cx->inter.bytes_per_us);
   return intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
 }
