@@ -4,20 +4,21 @@
  * cut into C pipeline chunks of E elements (chunk c: elements [c E, c E + E) of every block):
  *   1. inter: ring allgather over my rail (rail l, host order) of chunk c of my own block,
  *      straight into recvbuf: rail member h's chunk lands in the block of its comm rank;
- *   2. pack chunk c of the H blocks of my rail, in host order, as segment l (H E elements) of
- *      chunk c's region of a scratch of n B elements (region c: n E elements from n c E);
- *   3. intra: allgather of the region's segments over the host (block H E), in place, so that
- *      segment l' holds chunk c of rail l''s blocks in host order: by memory semantics when the
- *      host's ranks share its segment (algo/shm/group.h), else a ring;
- *   4. unpack every other segment l' into recvbuf at the comm ranks of rail l'.
+ *   2. view chunk c of the n blocks of recvbuf in rail order, as a vector of n E elements:
+ *      segment l' (H E elements) = chunk c of the blocks of rail l''s comm ranks, in host order;
+ *   3. intra: allgather of that vector's segments over the host (block H E), so that every
+ *      rank ends with every rail's chunks: by memory semantics when the host's ranks share its
+ *      segment (algo/shm/group.h: in place, the pieces read and written where recvbuf has them),
+ *      else a ring over chunk c's region of a scratch of n B elements (n E elements from n c E),
+ *      packed from recvbuf before and unpacked into it after.
  * Step 1 of chunk c+1 crosses hosts while steps 2-4 of chunk c run inside the host (hier.h's
  * pipeline). Bytes that cross hosts per rank: (H-1) B sent and received, 1/L of the (n-1) B it
  * gathers (a flat ring over the host-ordered ring sends (n-1) B per rank over host boundaries on
  * the ranks at them).
  *
  * Cost (alpha-beta, S = E bytes a chunk, intra a1/b1, inter a2/b2): per chunk the L rails of a
- * host cross its link at once (each at b2/L), and the copies (the shm allgather's, the pack and
- * the unpack: 2 n S per rank) follow them, overlapped with the next chunk's crossing:
+ * host cross its link at once (each at b2/L), and the copies (the shm allgather's: n S per rank)
+ * follow them, overlapped with the next chunk's crossing:
  *   inter = (H-1) (a2' + L S/b2), intra = the shm allgather's hand-overs + the copies (hier.h),
  *   T = inter + intra + (C-1) max(inter, intra),
  * a2' the alpha of messages that leave at once (cx->spread: the rails start together).
@@ -33,8 +34,8 @@
  * the busiest), as the host-ordered flat ring does, in H-1 steps instead of n-1:
  *   T = the shm allgather of the bundle + (H-1) a2 + (n S - Smin) / b2 + the shm broadcast of n S.
  * With H = 1 or one rank per host it is not offered; a forced hier runs the flat ring over the
- * host-ordered ring and logs it once. Scratch: n B elements (none in the leader mode when ranks
- * are numbered by host).
+ * host-ordered ring and logs it once. Scratch: n B elements without a shared segment (none on
+ * equal hosts that share one; none in the leader mode when ranks are numbered by host).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -54,6 +55,8 @@ typedef struct {
   size_t pipe_elems;    /* E: elements of each block in a pipeline chunk (rails) */
   size_t* rail_counts;  /* H entries each: a chunk's blocks on the rail's ring (the ring runs */
   size_t* rail_displs;  /* one chunk at a time, so one pair serves them all) */
+  chorus_seg_t* pieces; /* shm, n entries: a chunk in rail order, where recvbuf has it (the intra
+                           level runs one chunk at a time too) */
   int shm;              /* the intra-host step by memory semantics */
   size_t* seg_first;    /* L entries each: the rails' segments of the scratch */
   size_t* seg_len;
@@ -134,15 +137,27 @@ static chorus_status_t hag_start(chorus_task_t* t, void* ctx, int stage, size_t 
     s.displs = h->rail_displs;
     return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
   }
-  for (int host = 0; host < h->at.H; host++) /* pack my rail's chunks as segment l */
-    chorus__algo_copy(scratch_block(h, c, h->at.l, host), recv_block(h, c, h->at.l, host), E * es);
   s.group = h->at.host;
   s.count = (size_t)h->at.H * E;
-  s.sendbuf = scratch_block(h, c, h->at.l, 0);
-  s.recvbuf = scratch_region(h, c);
   s.block_of = NULL;
-  if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
-  s.sendbuf = s.recvbuf; /* in place: segment l of the region is mine */
+  if (!h->shm) {
+    for (int host = 0; host < h->at.H; host++) /* pack my rail's chunks as segment l */
+      chorus__algo_copy(scratch_block(h, c, h->at.l, host), recv_block(h, c, h->at.l, host), E * es);
+    s.sendbuf = scratch_block(h, c, h->at.l, 0);
+    s.recvbuf = scratch_region(h, c);
+    return chorus__hier_run_ring(&s, CHORUS_RING_ALLGATHER, run);
+  }
+  for (int l = 0; l < h->at.L; l++)
+    for (int host = 0; host < h->at.H; host++) {
+      size_t j = (size_t)l * (size_t)h->at.H + (size_t)host;
+      char* at = recv_block(h, c, l, host);
+      h->pieces[j] = (chorus_seg_t){at, at, j * E, E};
+    }
+  s.sendbuf = NULL; /* in place in recvbuf, where the pieces say */
+  s.recvbuf = NULL;
+  s.segs = h->pieces;
+  s.nsegs = (size_t)t->nranks;
+  s.seg_at = 0;
   size_t seg = s.count;
   for (int l = 0; l < h->at.L; l++) {
     h->seg_first[l] = (size_t)l * seg;
@@ -158,7 +173,7 @@ static void hag_finish(void* ctx, int stage, size_t c) {
     if (stage == 2 && h->scratch != (char*)h->whole.recvbuf) chorus__hier_reorder(h->topo, h->scratch, h->whole.recvbuf, block, 0);
     return;
   }
-  if (stage != 1) return;
+  if (stage != 1 || h->shm) return; /* the shm allgather wrote into recvbuf itself */
   size_t bytes = chunk_elems(h, c) * h->whole.elem_bytes;
   for (int l = 0; l < h->at.L; l++)
     if (l != h->at.l)
@@ -178,6 +193,7 @@ static void hag_fini(chorus_task_t* t) {
     free(h->seg_first);
     free(h->counts);
     free(h->rail_counts);
+    free(h->pieces);
   }
   free(h);
   t->state = NULL;
@@ -223,9 +239,10 @@ static chorus_status_t hag_init(chorus_task_t* t) {
       st = hag_leader_init(t, h);
     } else if (st >= 0) {
       size_t bytes = (size_t)t->nranks * h->whole.count * h->whole.elem_bytes;
-      h->scratch = chorus__task_scratch(t, bytes);
+      h->scratch = h->shm ? NULL : chorus__task_scratch(t, bytes);
+      h->pieces = h->shm ? calloc((size_t)t->nranks, sizeof(*h->pieces)) : NULL;
       h->rail_counts = calloc(2 * (size_t)h->at.H, sizeof(size_t));
-      if (!h->scratch || !h->rail_counts) st = CHORUS_ERR_NO_MEMORY;
+      if ((h->shm ? !h->pieces : bytes && !h->scratch) || !h->rail_counts) st = CHORUS_ERR_NO_MEMORY;
       else h->rail_displs = h->rail_counts + h->at.H;
       h->pipe_elems = chorus__hier_block_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.H, t->pipe_unit_bytes);
       h->pipe = (chorus_hier_pipe_t){.nchunks = h->whole.count ? chorus__div_up(h->whole.count, h->pipe_elems) : 1,
@@ -255,12 +272,12 @@ static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double block = (double)t->args.count * (double)t->dtype_size;
   size_t slot = chorus__hier_cost_slot_bytes(t);
   if (!chorus__hier_shape_ok(t)) return hag_leader_cost_us(t, cx, block, slot);
-  double n = t->nranks, touched = 2.0 * n * block + block; /* recvbuf, scratch, sendbuf */
+  double n = t->nranks, touched = n * block + block; /* recvbuf, sendbuf */
   size_t E = chorus__hier_block_pipe_elems(t->args.count, t->dtype_size, H, t->pipe_unit_bytes);
   double chunks = t->args.count ? (double)chorus__div_up(t->args.count, E) : 1.0, S = block / chunks;
   double inter = (H - 1.0) * (cx->spread.alpha_us + L * S / cx->inter.bytes_per_us);
   double intra = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * S), slot), 0.0) +
-                 chorus__hier_copy_us(cx, 2.0 * n * S, touched);
+                 chorus__hier_copy_us(cx, n * S, touched);
   return inter + intra + (chunks - 1.0) * (inter > intra ? inter : intra);
 }
 

@@ -197,11 +197,16 @@ static void rs_reduce(chorus_task_t* t, chorus_shm_group_t* g, int which) {
   if (g->redop == CHORUS_AVG && g->avg_divisor > 0) chorus__reduce_avg_finish(dst, m, g->dtype, g->avg_divisor);
 }
 
-/* AG copy-in: my piece of chunk k into my slot, and into my own output when it is elsewhere. */
+/* AG copy-in: my piece of chunk k into my slot, and into my own output when it is elsewhere
+ * (with pieces and no send buffer it is in place, where the pieces say). */
 static void ag_stage(chorus_shm_group_t* g, char* slot) {
   chorus_shm_op_t* s = &g->op;
   size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
   if (!m) return;
+  if (g->segs && !g->sendbuf) {
+    chorus__segs_gather(g->segs, g->nsegs, g->es, slot, g->seg_at + piece_first(g, s->me, s->k), m);
+    return;
+  }
   memcpy(slot, g->sendbuf + off, m * g->es);
   ag_output(g, piece_first(g, s->me, s->k), g->sendbuf + off, m);
 }

@@ -30,7 +30,10 @@ chorus_status_t chorus__shm_group_rs_start(chorus_task_t* t, const chorus_sched_
                                            const size_t* len, size_t touched_bytes, chorus_shm_group_t** out);
 /* Allgather: member i's piece, read from s->sendbuf + first[i] elements on member i (in place
  * when s->sendbuf == s->recvbuf), lands at the same offset of every member's s->recvbuf. Per
- * chunk: stage my piece in my slot (ARRIVED), copy the others' out (DONE). */
+ * chunk: stage my piece in my slot (ARRIVED), copy the others' out (DONE). With s->segs (a
+ * list of pieces of a vector) the output lands in the pieces' receive buffers instead; with
+ * s->segs and no s->sendbuf, each member's own piece is already in its place there and is read
+ * from the pieces' send pointers (the same places): in place, scattered. */
 chorus_status_t chorus__shm_group_ag_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
                                            const size_t* len, size_t touched_bytes, chorus_shm_group_t** out);
 /* Reduce to member s->root: the s->count elements of every member's s->sendbuf are combined
