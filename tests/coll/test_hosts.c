@@ -16,6 +16,7 @@
 #include "test.h"
 
 static const int k2x2_blocked[] = {0, 0, 1, 1};
+static const int k2x3_blocked[] = {0, 0, 0, 1, 1, 1};
 static const int k2x2_rr[] = {0, 1, 0, 1};
 static const int k2x3_rr[] = {0, 1, 0, 1, 0, 1};
 static const int k4x2_rr[] = {0, 1, 2, 3, 0, 1, 2, 3};
@@ -65,6 +66,8 @@ TEST_EX(reduce_3p1_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 4, k3p1_
 TEST_EX(reduce_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_REDUCE, 6, k1p2p3); }
 
 TEST_EX(alltoall_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 4, k2x2_blocked); }
+/* Pairwise steps follow the hosts interleaved, not rank order, when ranks are numbered by host. */
+TEST_EX(alltoall_2x3_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 6, k2x3_blocked); }
 TEST_EX(alltoall_2x2_rr, 300, "quick") { mx_run_hosts(CH_COLL_ALLTOALL, 4, k2x2_rr); }
 TEST_EX(alltoall_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 6, k2x3_rr); }
 TEST_EX(alltoall_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLTOALL, 8, k4x2_rr); }
@@ -96,6 +99,8 @@ TEST_EX(barrier_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_BARRIER, 6, k1p2p3); 
 TEST_EX(allgatherv_2x2_rr, 300, "quick") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 4, k2x2_rr); }
 TEST_EX(allgatherv_2x3_rr, 300, "full") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 6, k2x3_rr); }
 TEST_EX(allgatherv_1p2p3, 300, "full") { mx_run_v_hosts(CH_COLL_ALLGATHERV, 6, k1p2p3); }
+TEST_EX(alltoallv_2x2_blocked, 300, "full") { mx_run_v_hosts(CH_COLL_ALLTOALLV, 4, k2x2_blocked); }
+TEST_EX(alltoallv_2x3_blocked, 300, "full") { mx_run_v_hosts(CH_COLL_ALLTOALLV, 6, k2x3_blocked); }
 TEST_EX(reduce_scatterv_2x2_rr, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 4, k2x2_rr); }
 TEST_EX(reduce_scatterv_2x3_rr, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 6, k2x3_rr); }
 TEST_EX(reduce_scatterv_1p2p3, 300, "full") { mx_run_v_hosts(CH_COLL_REDUCE_SCATTERV, 6, k1p2p3); }
