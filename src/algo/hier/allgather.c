@@ -11,7 +11,7 @@
  *      segment (algo/shm/group.h: in place, the pieces read and written where recvbuf has them),
  *      else a ring over chunk c's region of a scratch of n B elements (n E elements from n c E),
  *      packed from recvbuf before and unpacked into it after.
- * Step 1 of chunk c+1 crosses hosts while steps 2-4 of chunk c run inside the host (hier.h's
+ * Step 1 of chunk c+1 crosses hosts while steps 2-3 of chunk c run inside the host (hier.h's
  * pipeline). Bytes that cross hosts per rank: (H-1) B sent and received, 1/L of the (n-1) B it
  * gathers (a flat ring over the host-ordered ring sends (n-1) B per rank over host boundaries on
  * the ranks at them).
@@ -58,7 +58,7 @@ typedef struct {
   chorus_seg_t* pieces; /* shm, n entries: a chunk in rail order, where recvbuf has it (the intra
                            level runs one chunk at a time too) */
   int shm;              /* the intra-host step by memory semantics */
-  size_t* seg_first;    /* L entries each: the rails' segments of the scratch */
+  size_t* seg_first;    /* L entries each: the rails' segments of a chunk's vector */
   size_t* seg_len;
   int leader;           /* hosts of unequal size: the leader mode over a host-ordered scratch */
   size_t* counts;       /* leader mode, H entries each: the hosts' bundles (hier.h) */
