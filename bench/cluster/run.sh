@@ -10,7 +10,8 @@
 # Usage: bench/cluster/run.sh [options]
 #   --reps N          repetitions (each runs every row at every size once) [3]
 #   --sizes "..."     message sizes, bytes with K/M suffixes [4K 1M 64M]
-#   --coll NAME       allreduce, broadcast, allgather, reduce_scatter or alltoall [allreduce]
+#   --coll NAME       allreduce, broadcast, reduce, allgather, reduce_scatter or alltoall
+#                     [allreduce]
 #   --rows "..."      rows, of: auto and auto_rr (the automatic choice, ranks numbered by host and
 #                     round robin), ompi and ompi_best (Open MPI's default and its fastest forced
 #                     algorithm), a Chorus algorithm forced by name (hier, ring, binomial, ...;
@@ -37,8 +38,8 @@
 #   --no-install      do not apt-get install missing packages (missing contenders are skipped)
 #   -h, --help        this text
 # ompi_best: before the repetitions, each of Open MPI's algorithms for the collective
-# (coll_tuned_allreduce_algorithm 1..6, bcast 1..9, allgather 1..6, reduce_scatter 1..4,
-# alltoall 1..5) runs once at the largest size; the fastest is the row (its number is printed
+# (coll_tuned_allreduce_algorithm 1..6, bcast 1..9, reduce 1..7, allgather 1..6,
+# reduce_scatter 1..4, alltoall 1..5) runs once at the largest size; the fastest is the row (its number is printed
 # in the table).
 # Bytes per call: the sum over hosts of eth0's tx_bytes (read in each host's namespace before
 # and after a run) divided by the run's calls (warm-up + timed + the one checked call); it
@@ -86,10 +87,11 @@ done
 case $coll in
   allreduce) mpi_coll=allreduce mpi_algs=6 ;;
   broadcast) mpi_coll=bcast mpi_algs=9 ;;
+  reduce) mpi_coll=reduce mpi_algs=7 ;;
   allgather) mpi_coll=allgather mpi_algs=6 ;;
   reduce_scatter) mpi_coll=reduce_scatter mpi_algs=4 ;;
   alltoall) mpi_coll=alltoall mpi_algs=5 ;;
-  *) die "--coll takes allreduce, broadcast, allgather, reduce_scatter or alltoall" ;;
+  *) die "--coll takes allreduce, broadcast, reduce, allgather, reduce_scatter or alltoall" ;;
 esac
 if [ -z "$rows" ]; then
   case $coll in
@@ -424,7 +426,7 @@ rate_bps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /[gG]bit$/) v *= 1e9; el
 # all the host links carry together, in S
 read -r bus link crossed < <(awk -v c="$coll" -v h="$hosts" -v l="$ranks" -v n="$nranks" 'BEGIN {
   if (c == "allreduce") print 2 * (n - 1) / n, 2 * (h - 1) / h, 2 * (h - 1)
-  else if (c == "broadcast") print 1, 1, h - 1
+  else if (c == "broadcast" || c == "reduce") print 1, 1, h - 1
   else if (c == "alltoall") print (n - 1) / n, l * (h - 1) / h, l * (h - 1)
   else print (n - 1) / n, (h - 1) / h, h - 1 }')
 {
@@ -449,7 +451,7 @@ read -r bus link crossed < <(awk -v c="$coll" -v h="$hosts" -v l="$ranks" -v n="
     done
     echo
   done
-  printf '| limit: any algorithm, %s S/B |' "$(awk -v c="$coll" 'BEGIN { print c == "allreduce" ? "2(H-1)/H" : c == "broadcast" ? "1" : c == "alltoall" ? "L(H-1)/H" : "(H-1)/H" }')"
+  printf '| limit: any algorithm, %s S/B |' "$(awk -v c="$coll" 'BEGIN { print c == "allreduce" ? "2(H-1)/H" : c == "broadcast" || c == "reduce" ? "1" : c == "alltoall" ? "L(H-1)/H" : "(H-1)/H" }')"
   for s in $sizes; do
     b=$(bytes_of "$s")
     awk -v b="$b" -v link="$link" -v bus="$bus" -v crossed="$crossed" -v B="$rate_bps" 'BEGIN {

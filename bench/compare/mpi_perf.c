@@ -19,7 +19,7 @@
 
 /* ---- the collectives ---- */
 
-typedef enum { MC_ALLREDUCE, MC_REDUCE_SCATTER, MC_ALLGATHER, MC_BROADCAST, MC_ALLTOALL, MC_COUNT } mpi_coll_t;
+typedef enum { MC_ALLREDUCE, MC_REDUCE_SCATTER, MC_ALLGATHER, MC_BROADCAST, MC_ALLTOALL, MC_REDUCE, MC_COUNT } mpi_coll_t;
 
 typedef enum { BUS_ALLREDUCE, BUS_N_MINUS_1, BUS_ONE } bus_factor_t;
 
@@ -36,6 +36,7 @@ static const mpi_coll_info_t coll_info[MC_COUNT] = {
   [MC_ALLGATHER] = {"allgather", 0, 1, BUS_N_MINUS_1},
   [MC_BROADCAST] = {"broadcast", 0, 0, BUS_ONE},
   [MC_ALLTOALL] = {"alltoall", 0, 1, BUS_N_MINUS_1},
+  [MC_REDUCE] = {"reduce", 1, 0, BUS_ONE},
 };
 
 /* nccl-tests' factors: busbw = algbw * factor, comparable with the link speed. */
@@ -88,7 +89,7 @@ typedef struct {
 static void usage(FILE* out) {
   fprintf(out,
     "usage: mpi_perf COLLECTIVE [flags]   (run under mpirun)\n"
-    "COLLECTIVE: allreduce reduce_scatter allgather broadcast alltoall, or all (each in turn)\n"
+    "COLLECTIVE: allreduce reduce_scatter allgather broadcast alltoall reduce, or all (each in turn)\n"
     "  -b BYTES  smallest size (K/M/G suffixes, powers of 1024)      [8]\n"
     "  -e BYTES  largest size                                         [64M]\n"
     "  -f N      multiply the size by N each step (N >= 2)            [2]\n"
@@ -102,7 +103,7 @@ static void usage(FILE* out) {
     "buffer; reduce_scatter, alltoall: the send buffer); count = size / dtype size. Sizes that do\n"
     "not divide evenly are skipped. time: average per iteration, maximum over ranks.\n"
     "MPI calls: MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast (root 0),\n"
-    "MPI_Alltoall; all out of place except MPI_Bcast, which has one buffer.\n");
+    "MPI_Alltoall, MPI_Reduce (root 0); all out of place except MPI_Bcast, which has one buffer.\n");
 }
 
 static int bad_usage(const char* what, const char* value) {
@@ -282,6 +283,7 @@ static int run_call(const call_t* c) {
     case MC_ALLGATHER: return MPI_Allgather(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
     case MC_BROADCAST: return MPI_Bcast(c->recv, n, dt, 0, MPI_COMM_WORLD);
     case MC_ALLTOALL: return MPI_Alltoall(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
+    case MC_REDUCE: return MPI_Reduce(c->send, c->recv, n, dt, MPI_SUM, 0, MPI_COMM_WORLD);
     default: return MPI_ERR_OTHER;
   }
 }
@@ -316,6 +318,9 @@ static uint64_t count_wrong(const call_t* c, const tables_t* t) {
     case MC_ALLREDUCE: wrong = region_wrong(c->recv, n, t->summed, eb, 0); break;
     case MC_REDUCE_SCATTER: wrong = region_wrong(c->recv, n, t->summed, eb, me * n); break;
     case MC_BROADCAST: wrong = region_wrong(c->recv, n, t->input[0], eb, 0); break;
+    case MC_REDUCE: /* the root's output; the others' receive buffers are not written */
+      if (c->rank == 0) wrong = region_wrong(c->recv, n, t->summed, eb, 0);
+      break;
     case MC_ALLGATHER:
     case MC_ALLTOALL:
       for (int r = 0; r < c->nranks; r++) { /* block r comes from rank r */
