@@ -38,11 +38,12 @@ typedef struct {
    * the run. */
   const size_t* counts;
   const size_t* displs;
-  /* A fused group operation's members (coll/group.c, task.segs), read and written where they
-   * are instead of through a packed buffer: element e of this run's buffers is element
-   * seg_at + e of the fused vector. NULL: the buffers above. Only the memory-semantics
-   * reduce-scatter (input: the members' send buffers) and allgather (output: their receive
-   * buffers) of shm/group.c take them. */
+  /* Pieces read and written where they are instead of through a packed buffer: a fused group
+   * operation's members (coll/group.c, task.segs), or a two-level phase's view of the user's
+   * blocks (hier/allgather.c, hier/reduce_scatter.c): element e of this run's buffers is
+   * element seg_at + e of the pieces' vector. NULL: the buffers above. Only the
+   * memory-semantics reduce-scatter (input: the pieces' send pointers) and allgather (output:
+   * their receive pointers; with no sendbuf, in place: its input too) of shm/group.c take them. */
   const chorus_seg_t* segs;
   size_t nsegs, seg_at;
   /* Compress what this run sends (kind NONE: do not). Only the zip engine reads it; a

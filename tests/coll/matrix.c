@@ -915,6 +915,12 @@ void mx_run_hosts(chorus_coll_t coll, int nranks, const int* host_of) {
   set_env_list(hosts_env, 1);
 }
 
+void mx_run_hosts_tcp(chorus_coll_t coll, int nranks, const int* host_of) {
+  set_env_list(tcp_env, 0);
+  mx_run_hosts(coll, nranks, host_of);
+  set_env_list(tcp_env, 1);
+}
+
 /* Variable-size collectives: count scales {0, 1, 7, 1023} (per-rank counts, vmatrix.c) with
  * 4 KiB chunks and the smallest shared-memory rings and slots, so that the large block of
  * scales 7 and up is pipelined in many chunks next to empty and short blocks. Each has one

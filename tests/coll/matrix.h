@@ -161,5 +161,8 @@ void mx_run_v_hosts(chorus_coll_t coll, int nranks, const int* host_of);
 /* Ranks on emulated hosts (rank r on host host_of[r]: shared memory inside a host, TCP
  * between hosts): counts {0, 1, 7, 1023, 20011} with 4 KiB chunks, roots rotating. */
 void mx_run_hosts(chorus_coll_t coll, int nranks, const int* host_of);
+/* mx_run_hosts without shared memory (CHORUS_SHM_DISABLE): the two-level algorithms' steps
+ * inside a host run as rings over TCP. */
+void mx_run_hosts_tcp(chorus_coll_t coll, int nranks, const int* host_of);
 
 #endif /* CHORUS_TEST_MATRIX_H */

@@ -2,7 +2,8 @@
  * test_hosts.c - every collective and algorithm on emulated hosts (ranks as threads whose
  * communicators carry different host ids): shared memory inside a host, TCP between hosts,
  * as on a cluster. Layouts: 2 hosts x 2 ranks numbered by host and round robin, 2 x 3 and
- * 4 x 2 round robin, and the uneven 3+1 (also numbered by host) and 1+2+3, so that the
+ * 4 x 2 round robin (2 x 3 also by host), and the uneven 3+1 (also numbered by host) and
+ * 1+2+3, so that the
  * host-ordered ring, rails and every group mapping meet rank numberings that differ from host
  * order (and hier's in-place paths meet the host order itself); the variable-size
  * collectives on some of them. Results bitwise against the independent reference (matrix.c,
@@ -40,8 +41,12 @@ TEST_EX(allgather_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 8, k4x2
 TEST_EX(allgather_3p1, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k3p1); }
 TEST_EX(allgather_3p1_blocked, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 4, k3p1_blocked); }
 TEST_EX(allgather_1p2p3, 300, "full") { mx_run_hosts(CH_COLL_ALLGATHER, 6, k1p2p3); }
+/* The rails with the steps inside each host as rings over TCP (no shared segment). */
+TEST_EX(allgather_2x3_rr_tcp, 300, "full") { mx_run_hosts_tcp(CH_COLL_ALLGATHER, 6, k2x3_rr); }
 
 TEST_EX(reduce_scatter_2x2_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_blocked); }
+TEST_EX(reduce_scatter_2x3_rr_tcp, 300, "full") { mx_run_hosts_tcp(CH_COLL_REDUCE_SCATTER, 6, k2x3_rr); }
+TEST_EX(reduce_scatter_2x3_blocked, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 6, k2x3_blocked); }
 TEST_EX(reduce_scatter_2x2_rr, 300, "quick_asan") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 4, k2x2_rr); }
 TEST_EX(reduce_scatter_2x3_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 6, k2x3_rr); }
 TEST_EX(reduce_scatter_4x2_rr, 300, "full") { mx_run_hosts(CH_COLL_REDUCE_SCATTER, 8, k4x2_rr); }

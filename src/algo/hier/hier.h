@@ -81,10 +81,10 @@ static inline size_t chorus__hier_cost_slot_bytes(const chorus_task_t* t) {
 /* What the local copies of a rank cost, `bytes` read once and written once, while its call
  * touches `touched` bytes: at shm.h's memory speed while that fits the caches, else at the
  * reduction kernels' speed out of cache, shared by the ranks of each core (they all copy at
- * once). The rails of allgather and reduce_scatter copy twice or three times
- * the whole output or input and overlap nothing with their inter-host phase: on 4 emulated
- * hosts x 2 ranks (4 ranks a core) their 64 MiB calls spent 70 ms on copies beside 209 of
- * transfers, which shm.h's price put at 13, so they were chosen over a ring 1.12x faster. */
+ * once). Before the rails of allgather and reduce_scatter were pipelined, their copies (two or
+ * three passes over the whole buffer) overlapped nothing: on 4 emulated hosts x 2 ranks (4
+ * ranks a core) their 64 MiB calls spent 70 ms on copies beside 209 of transfers, which shm.h's
+ * price put at 13, so they were chosen over a ring 1.12x faster. */
 static inline double chorus__hier_copy_us(const chorus_cost_ctx_t* cx, double bytes, double touched) {
   if (touched < CHORUS_HIER_COPY_CACHED_BYTES) return bytes / CHORUS_COST_COPY_BYTES_PER_US;
   return bytes / cx->reduce_bytes_per_us * (cx->machine_oversub > 1.0 ? cx->machine_oversub : 1.0);

@@ -3,14 +3,16 @@
  * what is left crosses hosts. For H hosts of L ranks (n = H L), B = count elements per block,
  * local index l, each block cut into C pipeline chunks of E elements (chunk c: elements
  * [c E, c E + E) of every block):
- *   1. view chunk c of sendbuf's blocks in rail order, as a vector of n E elements: segment l'
- *      (H E elements) = chunk c of the blocks of the comm ranks of rail l', in host order (a
- *      list of pieces of sendbuf when the host's ranks share its segment, else packed into
- *      chunk c's region of a scratch, n E elements from n c E);
+ *   1. view chunk c of sendbuf's blocks by rail, as a vector of n E elements: a segment (H E
+ *      elements) per rail = chunk c of the blocks of the comm ranks of that rail, in host order.
+ *      When the host's ranks share its segment, a list of pieces of sendbuf in which each rank
+ *      puts its own rail's segment first (the memory-semantics engine places the pieces by
+ *      member in its slots, so the ranks' views may differ); else packed in rail order into
+ *      chunk c's region of a scratch (n E elements from n c E);
  *   2. intra: reduce_scatter of that vector's segments over the host (block H E, left
- *      undivided): local rank l ends with segment l reduced over its host, by memory semantics
- *      (algo/shm/group.h: its members read their inputs where the list says), into segment l of
- *      chunk c's region, else by a ring into a second scratch of H B (chunk c at H c E);
+ *      undivided): local rank l ends with rail l's segment reduced over its host, in chunk c's
+ *      part of a scratch of H B (H E elements from H c E): by memory semantics (algo/shm/group.h:
+ *      its members read their inputs where the list says), else by a ring;
  *   3. inter: ring reduce_scatter of those H chunks over rail l (member h owns chunk h, which
  *      is in the block of comm rank rails[l][h]: for me, my own), into chunk c of recvbuf; avg
  *      divides here by n, once.
@@ -36,8 +38,8 @@
  * does, in H-1 steps instead of n-1:
  *   T = the shm reduce of n S + (H-1) a2 + (n S - Smin) / b2 + the shm broadcast of Lmax S.
  * With H = 1 or one rank per host it is not offered; a forced hier runs the flat ring over the
- * host-ordered ring and logs it once. Scratch: (n + H) B; in the leader mode Lmax B, and on
- * leaders n B (2 n B when ranks are not numbered by host).
+ * host-ordered ring and logs it once. Scratch: H B ((n + H) B without a shared segment); in
+ * the leader mode Lmax B, and on leaders n B (2 n B when ranks are not numbered by host).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -53,13 +55,13 @@ typedef struct {
   chorus_sched_t whole;
   const chorus_topo_t* topo;
   chorus_hier_place_t at;
-  char* packed;  /* n B: the input in rail order, chunk by chunk */
-  char* reduced; /* without shm, H B: my segments reduced over the host, chunk by chunk */
+  char* packed;  /* without shm, n B: the input in rail order, chunk by chunk */
+  char* reduced; /* H B: my rail's segments reduced over the host, chunk by chunk */
   size_t pipe_elems; /* E: elements of each block in a pipeline chunk (rails) */
-  chorus_seg_t* pieces; /* shm, n entries: a chunk's input in rail order, where it is in sendbuf (the
-                           intra level runs one chunk at a time, so one list serves them all) */
+  chorus_seg_t* pieces; /* shm, n entries: a chunk's input by rail, mine first, where it is in sendbuf
+                           (the intra level runs one chunk at a time, so one list serves them all) */
   int shm;              /* the intra-host step by memory semantics */
-  size_t* seg_first;    /* L entries each: the rails' segments of packed */
+  size_t* seg_first;    /* L entries each: the rails' segments of a chunk's vector */
   size_t* seg_len;
   int leader;           /* hosts of unequal size: the leader mode */
   size_t* counts;       /* leader mode, H entries each: the hosts' bundles (hier.h) */
@@ -109,16 +111,28 @@ static size_t chunk_elems(const hrs_t* h, size_t c) {
   return chorus__min_sz(h->pipe_elems, h->whole.count - chunk_first(h, c));
 }
 
-/* Chunk c's region of the packed input (n E elements), and the H E elements of it that I
- * reduce inside the host and carry over my rail: segment l of the region (shm, in place), or
- * chunk c's part of the second scratch. */
+/* Chunk c's region of the packed input (n E elements, without shm), and the H E elements
+ * that I reduce inside the host and carry over my rail. */
 static char* packed_region(const hrs_t* h, size_t c) {
   return h->packed + (size_t)h->at.H * (size_t)h->at.L * chunk_first(h, c) * h->whole.elem_bytes;
 }
 static char* reduced_chunk(const hrs_t* h, size_t c) {
-  size_t seg = (size_t)h->at.H * chunk_elems(h, c) * h->whole.elem_bytes;
-  if (h->shm) return packed_region(h, c) + (size_t)h->at.l * seg;
   return h->reduced + (size_t)h->at.H * chunk_first(h, c) * h->whole.elem_bytes;
+}
+
+/* The memory-semantics view of chunk c: rail (l + v) mod L's segment v-th, so that mine comes
+ * first and its reduction lands at the start of the receive buffer (reduced_chunk). */
+static void view_by_rail(hrs_t* h, size_t c) {
+  size_t es = h->whole.elem_bytes, first = chunk_first(h, c), E = chunk_elems(h, c), H = (size_t)h->at.H;
+  for (int v = 0; v < h->at.L; v++) {
+    int rail = (h->at.l + v) % h->at.L;
+    h->seg_first[rail] = (size_t)v * H * E;
+    h->seg_len[rail] = H * E;
+    for (size_t host = 0; host < H; host++) {
+      size_t rank = (size_t)h->topo->rails[(size_t)rail * H + host], j = (size_t)v * H + host;
+      h->pieces[j] = (chorus_seg_t){(const char*)h->whole.sendbuf + (rank * h->whole.count + first) * es, NULL, j * E, E};
+    }
+  }
 }
 
 static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t c, chorus_hier_run_t* run) {
@@ -128,30 +142,27 @@ static chorus_status_t hrs_start(chorus_task_t* t, void* ctx, int stage, size_t 
   s.block_of = NULL;
   if (h->leader) return hrs_leader_start(t, h, &s, stage, run);
   size_t es = h->whole.elem_bytes, first = chunk_first(h, c), E = chunk_elems(h, c);
-  if (stage == 0) { /* chunk c in rail order (packed without shm), then reduced over the host */
+  if (stage == 0) { /* chunk c by rail, then reduced over the host */
+    s.group = h->at.host;
+    s.count = (size_t)h->at.H * E;
+    s.recvbuf = reduced_chunk(h, c);
+    s.avg_divisor = 0; /* partial sums: the inter phase divides */
+    if (h->shm) {
+      view_by_rail(h, c);
+      s.sendbuf = NULL; /* the input is where the pieces say */
+      s.segs = h->pieces;
+      s.nsegs = (size_t)t->nranks;
+      s.seg_at = 0;
+      return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_RS, h->seg_first, h->seg_len, 0, run);
+    }
     char* region = packed_region(h, c);
     for (int l = 0; l < h->at.L; l++)
       for (int host = 0; host < h->at.H; host++) {
         size_t rank = (size_t)h->topo->rails[l * h->topo->nhosts + host], j = (size_t)l * (size_t)h->at.H + (size_t)host;
-        const char* in = (const char*)h->whole.sendbuf + (rank * h->whole.count + first) * es;
-        if (h->shm) h->pieces[j] = (chorus_seg_t){in, NULL, j * E, E};
-        else chorus__algo_copy(region + j * E * es, in, E * es);
+        chorus__algo_copy(region + j * E * es, (const char*)h->whole.sendbuf + (rank * h->whole.count + first) * es, E * es);
       }
-    s.group = h->at.host;
-    s.count = (size_t)h->at.H * E;
     s.sendbuf = region;
-    s.recvbuf = reduced_chunk(h, c);
-    s.avg_divisor = 0; /* partial sums: the inter phase divides */
-    if (!h->shm) return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
-    s.recvbuf = region; /* my segment of the region ends reduced */
-    s.segs = h->pieces;
-    s.nsegs = (size_t)t->nranks;
-    s.seg_at = 0;
-    for (int l = 0; l < h->at.L; l++) {
-      h->seg_first[l] = (size_t)l * s.count;
-      h->seg_len[l] = s.count;
-    }
-    return chorus__hier_run_shm(t, &s, CHORUS_HIER_SHM_RS, h->seg_first, h->seg_len, 0, run);
+    return chorus__hier_run_ring(&s, CHORUS_RING_REDUCE_SCATTER, run);
   }
   s.group = h->at.rail;
   s.sendbuf = reduced_chunk(h, c);
@@ -223,12 +234,11 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
     if (st >= 0 && !chorus__hier_shape_ok(t)) {
       st = hrs_leader_init(t, h);
     } else if (st >= 0) {
-      size_t block = h->whole.count * h->whole.elem_bytes;
-      size_t bytes = ((size_t)t->nranks + (size_t)h->at.H) * block;
-      h->packed = chorus__task_scratch(t, bytes);
+      size_t block = h->whole.count * h->whole.elem_bytes, packed = h->shm ? 0 : (size_t)t->nranks * block;
+      h->packed = chorus__task_scratch(t, packed + (size_t)h->at.H * block);
       h->pieces = h->shm ? calloc((size_t)t->nranks, sizeof(*h->pieces)) : NULL;
       if (!h->packed || (h->shm && !h->pieces)) st = CHORUS_ERR_NO_MEMORY;
-      else h->reduced = h->packed + (size_t)t->nranks * block;
+      else h->reduced = h->packed + packed;
       h->pipe_elems = chorus__hier_block_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.H, t->pipe_unit_bytes);
       h->pipe = (chorus_hier_pipe_t){.nchunks = h->whole.count ? chorus__div_up(h->whole.count, h->pipe_elems) : 1,
                                      .nstages = 2,
@@ -256,7 +266,7 @@ static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double block = (double)t->args.count * (double)t->dtype_size;
   size_t slot = chorus__hier_cost_slot_bytes(t);
   if (!chorus__hier_shape_ok(t)) return hrs_leader_cost_us(t, cx, block, slot);
-  double n = t->nranks, touched = (2.0 * n + H) * block; /* sendbuf, the packed scratch */
+  double n = t->nranks, touched = (n + H + 1.0) * block; /* sendbuf, the scratch, recvbuf */
   size_t E = chorus__hier_block_pipe_elems(t->args.count, t->dtype_size, H, t->pipe_unit_bytes);
   double chunks = t->args.count ? (double)chorus__div_up(t->args.count, E) : 1.0, S = block / chunks;
   double intra = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * S), slot), 0.0) +

@@ -2,7 +2,8 @@
  * pairwise/alltoall.c - pairwise-exchange alltoall (the engine: pairwise.c).
  *
  * Steps for rank r, k = 1 .. n-1: send block (r+k) mod n of sendbuf to rank r+k, receive block
- * (r-k) mod n of recvbuf from rank r-k; up to CHORUS_PAIRWISE_WINDOW steps in flight, sends and
+ * (r-k) mod n of recvbuf from rank r-k, counting in step order (pairwise.c: the hosts
+ * interleaved when they are of equal size, else rank order); up to CHORUS_PAIRWISE_WINDOW steps in flight, sends and
  * receives advancing independently. The own block is copied locally while they travel. Tag = k.
  * In place (sendbuf == recvbuf) the floor(n/2) blocks that a receive would overwrite before
  * they are sent are saved to a stash first (pairwise.c).
@@ -22,7 +23,7 @@ static double pairwise_alltoall_cost_us(const chorus_task_t* t, const chorus_cos
 
 const chorus_algo_t chorus__algo_pairwise_alltoall = {
     .name = "pairwise",
-    .desc = "n-1 pairwise exchange steps (to r+k, from r-k), a few steps in flight",
+    .desc = "n-1 pairwise exchange steps (to r+k, from r-k, the hosts interleaved), a few steps in flight",
     .coll = CH_COLL_ALLTOALL,
     .supported = NULL,
     .cost_us = pairwise_alltoall_cost_us,

@@ -3,7 +3,8 @@
  * engine: pairwise.c) with a block of its own size and place per peer and direction.
  *
  * Steps for rank r, k = 1 .. n-1: send sendcounts[r+k] elements at sdispls[r+k] to rank r+k,
- * receive recvcounts[r-k] elements at rdispls[r-k] from rank r-k; up to
+ * receive recvcounts[r-k] elements at rdispls[r-k] from rank r-k, counting in step order
+ * (pairwise.c: the hosts interleaved when they are of equal size, else rank order); up to
  * CHORUS_PAIRWISE_WINDOW steps in flight; the own block is copied locally. Tag = k. Every pair
  * exchanges a frame both ways, empty blocks included, whose size and count word (what the
  * sender expects back) let each end check both directions of the pair: a disagreement fails
@@ -32,7 +33,8 @@ static double pairwise_alltoallv_cost_us(const chorus_task_t* t, const chorus_co
 
 const chorus_algo_t chorus__algo_pairwise_alltoallv = {
     .name = "pairwise",
-    .desc = "n-1 pairwise exchange steps (to r+k, from r-k), blocks of any size, a few steps in flight",
+    .desc = "n-1 pairwise exchange steps (to r+k, from r-k, the hosts interleaved), blocks of any size, a few "
+            "steps in flight",
     .coll = CH_COLL_ALLTOALLV,
     .supported = NULL,
     .cost_us = pairwise_alltoallv_cost_us,

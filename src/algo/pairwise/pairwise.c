@@ -17,9 +17,10 @@
  * its count word what the sender expects back (frame.h), so each end checks both directions of
  * the pair against its own counts and a disagreement fails both with ERR_MISMATCH.
  * In place (sendbuf == recvbuf: one set of blocks, each sent and then replaced) the receive of
- * step k <= n/2 would overwrite the block of rank r-k before step n-k sends it, so those
- * floor(n/2) blocks are first saved to a stash and sent from there; the receive of a step
- * k > n/2 waits until step n-k has sent its block from recvbuf.
+ * step k <= n/2 would overwrite the block of rank r-k (in step order, as every "r+k" and "r-k"
+ * here) before step n-k sends it, so those floor(n/2) blocks are first saved to a stash and
+ * sent from there; the receive of a step k > n/2 waits until step n-k has sent its block from
+ * recvbuf.
  */
 #include "algo/pairwise/pairwise.h"
 
@@ -36,8 +37,8 @@ typedef struct {
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv: the task's copies */
   const char* sendbuf;
   char* recvbuf;
-  char* stash;          /* in place: the blocks of ranks r-1 .. r-floor(n/2), back to back */
-  size_t* stash_offset; /* in place: byte offset in stash of the block of rank r-k, k >= 1 */
+  char* stash;          /* in place: the blocks of ranks r-1 .. r-floor(n/2) (step order), back to back */
+  size_t* stash_offset; /* in place: byte offset in stash of the block of rank r-k (step order), k >= 1 */
   size_t window;
   chorus_algo_xfer_t* send_xfers; /* window; step k at k % window */
   chorus_algo_xfer_t* recv_xfers;

@@ -1,6 +1,7 @@
 /*
  * pairwise.h - the pairwise-exchange schedule behind pairwise alltoall and alltoallv
- * (pairwise.c): n-1 steps, to r+k and from r-k, a few in flight, in place through a stash.
+ * (pairwise.c): n-1 steps, to r+k and from r-k (the hosts interleaved when they are of equal
+ * size), a few in flight, in place through a stash.
  */
 #ifndef CHORUS_ALGO_PAIRWISE_H
 #define CHORUS_ALGO_PAIRWISE_H

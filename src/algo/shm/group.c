@@ -18,10 +18,12 @@
  * Broadcast from a root, chunks of one slot: the root copies in (S), the others copy out (S).
  * Cost: 2 flag waits per chunk + those bytes at memory speed (shm.h, chorus__shm_cost_us).
  * Every piece is combined by one member in a fixed order, so all members end with the same bits.
- * A fused group operation (sched.segs) is read and written where its members are: the
- * reduce-scatter gathers its input from their send buffers (and combines its own piece from
- * them member by member) and the allgather scatters its output into their receive buffers, so the
- * group need not pack them into one vector and unpack it (two passes over all the data).
+ * A list of pieces (sched.segs: a fused group operation's members, a two-level phase's view of
+ * the user's blocks) is read and written where the pieces are: the reduce-scatter gathers its
+ * input from their send pointers (and combines its own piece from them piece by piece) and the
+ * allgather scatters its output into their receive pointers (and, with no send buffer, stages
+ * its own piece from where it already is), so no one packs them into one vector and unpacks it
+ * (two passes over all the data).
  */
 #include "algo/shm/group.h"
 

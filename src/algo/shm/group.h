@@ -23,7 +23,9 @@ int chorus__shm_group_ok(const chorus_task_t* t, const chorus_sched_t* s);
 
 /* Reduce-scatter: member i's piece of every member's s->sendbuf is combined (s->op; avg
  * divides by s->avg_divisor, 0: left undivided) into member i's s->recvbuf at the same
- * element offset. recvbuf == sendbuf is allowed. Per chunk: every member stages the others'
+ * element offset. recvbuf == sendbuf is allowed. With s->segs the input is read from the
+ * pieces' send pointers instead (s->sendbuf unused). A member's first/len place the pieces in
+ * its own buffers only: members may lay out their vectors differently, the slots go by member. Per chunk: every member stages the others'
  * pieces in its slot (ARRIVED), then combines its own from its send buffer and every other
  * member's slot, in member order after its own (DONE). */
 chorus_status_t chorus__shm_group_rs_start(chorus_task_t* t, const chorus_sched_t* s, const size_t* first,
