@@ -155,6 +155,16 @@ static inline double chorus__cost_inhost_turn_us(const chorus_cost_ctx_t* cx) { 
  * the reduction kernels' figure (reduce_bytes_per_us) is the nearer one. */
 #define CHORUS_COST_COPY_BYTES_PER_US 10000.0
 
+/* What a pipelined schedule's reductions of `bytes` add to its transfers where ranks share
+ * cores (machine_oversub over 1; 0 elsewhere): there they do not overlap the transfers, whose
+ * TCP copies need the same cores, and a core reduces for each of its ranks in turn. The flat
+ * ring's reduce_scatter on 4 emulated hosts x 2 ranks (4 ranks a core) with 10 Gbit/s links,
+ * priced without it, tied with hier's (97 against 94 ms predicted at 64 MiB) and was chosen in
+ * some launches, where it took 182-186 ms to hier's 101-106. */
+static inline double chorus__cost_crowded_reduce_us(const chorus_cost_ctx_t* cx, double bytes) {
+  return cx->machine_oversub > 1.0 ? bytes / cx->reduce_bytes_per_us * cx->machine_oversub : 0.0;
+}
+
 /* What packing costs a fused group operation (task.segs) whose algorithm does not take its
  * members where they are: they are copied into one vector before it starts and out of it after
  * it ends, two passes over its bytes that nothing overlaps, at the speed of memory (the

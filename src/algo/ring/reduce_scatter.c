@@ -11,7 +11,8 @@
  * overlap as in ring/allreduce.c. Bytes per rank: (n-1) * B sent and received, B = recvcount *
  * elem bytes; (n-1) * recvcount elements reduced.
  *
- * Cost (alpha-beta): T = (n-1) * alpha + (n-1) * B / beta; 0 for n = 1.
+ * Cost (alpha-beta): T = (n-1) * alpha + (n-1) * B / beta, plus the (n-1) B of reductions where
+ * ranks share cores (algo.h, chorus__cost_crowded_reduce_us); 0 for n = 1.
  */
 #include "algo/algos.h"
 #include "algo/common.h"
@@ -20,7 +21,8 @@
 static double ring_reduce_scatter_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   double n = t->nranks, block_bytes = (double)t->args.count * (double)t->dtype_size;
   if (t->nranks <= 1) return 0.0;
-  return (n - 1.0) * cx->flat.alpha_us + (n - 1.0) * block_bytes / cx->flat.bytes_per_us;
+  return (n - 1.0) * cx->flat.alpha_us + (n - 1.0) * block_bytes / cx->flat.bytes_per_us +
+         chorus__cost_crowded_reduce_us(cx, (n - 1.0) * block_bytes);
 }
 
 static chorus_status_t ring_reduce_scatter_init(chorus_task_t* t) {
