@@ -10,8 +10,8 @@
 # Usage: bench/cluster/run.sh [options]
 #   --reps N          repetitions (each runs every row at every size once) [3]
 #   --sizes "..."     message sizes, bytes with K/M suffixes [4K 1M 64M]
-#   --coll NAME       allreduce, broadcast, reduce, allgather, reduce_scatter or alltoall
-#                     [allreduce]
+#   --coll NAME       allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, gather
+#                     or scatter [allreduce]
 #   --rows "..."      rows, of: auto and auto_rr (the automatic choice, ranks numbered by host and
 #                     round robin), ompi and ompi_best (Open MPI's default and its fastest forced
 #                     algorithm), a Chorus algorithm forced by name (hier, ring, binomial, ...;
@@ -19,7 +19,8 @@
 #                     (automatic selection with CHORUS_COMPRESSION set, not checked: lossy):
 #                     zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk (top-k 1%)
 #                     [allreduce: naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi
-#                     ompi_best; alltoall: auto auto_rr ompi ompi_best; the others: hier too]
+#                     ompi_best; alltoall, gather, scatter: auto auto_rr ompi ompi_best; the others:
+#                     hier too]
 #   --hosts H         [4]
 #   --ranks L         ranks per host [2]
 #   --rate RATE       tc tbf rate of every host link, each way [2gbit]
@@ -39,7 +40,7 @@
 #   -h, --help        this text
 # ompi_best: before the repetitions, each of Open MPI's algorithms for the collective
 # (coll_tuned_allreduce_algorithm 1..6, bcast 1..9, reduce 1..7, allgather 1..6,
-# reduce_scatter 1..4, alltoall 1..5) runs once at the largest size; the fastest is the row (its number is printed
+# reduce_scatter 1..4, alltoall 1..5, gather 1..3, scatter 1..3) runs once at the largest size; the fastest is the row (its number is printed
 # in the table).
 # Bytes per call: the sum over hosts of eth0's tx_bytes (read in each host's namespace before
 # and after a run) divided by the run's calls (warm-up + timed + the one checked call); it
@@ -91,12 +92,14 @@ case $coll in
   allgather) mpi_coll=allgather mpi_algs=6 ;;
   reduce_scatter) mpi_coll=reduce_scatter mpi_algs=4 ;;
   alltoall) mpi_coll=alltoall mpi_algs=5 ;;
-  *) die "--coll takes allreduce, broadcast, reduce, allgather, reduce_scatter or alltoall" ;;
+  gather) mpi_coll=gather mpi_algs=3 ;;
+  scatter) mpi_coll=scatter mpi_algs=3 ;;
+  *) die "--coll takes allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, gather or scatter" ;;
 esac
 if [ -z "$rows" ]; then
   case $coll in
     allreduce) rows=$ALL_ROWS ;;
-    alltoall) rows=${OTHER_COLL_ROWS/hier /} ;;
+    alltoall | gather | scatter) rows=${OTHER_COLL_ROWS/hier /} ;;
     *) rows=$OTHER_COLL_ROWS ;;
   esac
 fi
@@ -428,6 +431,7 @@ read -r bus link crossed < <(awk -v c="$coll" -v h="$hosts" -v l="$ranks" -v n="
   if (c == "allreduce") print 2 * (n - 1) / n, 2 * (h - 1) / h, 2 * (h - 1)
   else if (c == "broadcast" || c == "reduce") print 1, 1, h - 1
   else if (c == "alltoall") print (n - 1) / n, l * (h - 1) / h, l * (h - 1)
+  else if (c == "gather" || c == "scatter") print (n - 1) / n, (h - 1) / h, (h - 1) / h
   else print (n - 1) / n, (h - 1) / h, h - 1 }')
 {
   echo "$hosts hosts x $ranks ranks, host links tc tbf $rate each way, float32 $coll (sum where it reduces);"

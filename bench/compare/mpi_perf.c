@@ -19,7 +19,9 @@
 
 /* ---- the collectives ---- */
 
-typedef enum { MC_ALLREDUCE, MC_REDUCE_SCATTER, MC_ALLGATHER, MC_BROADCAST, MC_ALLTOALL, MC_REDUCE, MC_COUNT } mpi_coll_t;
+typedef enum {
+  MC_ALLREDUCE, MC_REDUCE_SCATTER, MC_ALLGATHER, MC_BROADCAST, MC_ALLTOALL, MC_REDUCE, MC_GATHER, MC_SCATTER, MC_COUNT
+} mpi_coll_t;
 
 typedef enum { BUS_ALLREDUCE, BUS_N_MINUS_1, BUS_ONE } bus_factor_t;
 
@@ -37,6 +39,8 @@ static const mpi_coll_info_t coll_info[MC_COUNT] = {
   [MC_BROADCAST] = {"broadcast", 0, 0, BUS_ONE},
   [MC_ALLTOALL] = {"alltoall", 0, 1, BUS_N_MINUS_1},
   [MC_REDUCE] = {"reduce", 1, 0, BUS_ONE},
+  [MC_GATHER] = {"gather", 0, 1, BUS_N_MINUS_1},
+  [MC_SCATTER] = {"scatter", 0, 1, BUS_N_MINUS_1},
 };
 
 /* nccl-tests' factors: busbw = algbw * factor, comparable with the link speed. */
@@ -89,7 +93,8 @@ typedef struct {
 static void usage(FILE* out) {
   fprintf(out,
     "usage: mpi_perf COLLECTIVE [flags]   (run under mpirun)\n"
-    "COLLECTIVE: allreduce reduce_scatter allgather broadcast alltoall reduce, or all (each in turn)\n"
+    "COLLECTIVE: allreduce reduce_scatter allgather broadcast alltoall reduce gather scatter, or all\n"
+    "            (each in turn)\n"
     "  -b BYTES  smallest size (K/M/G suffixes, powers of 1024)      [8]\n"
     "  -e BYTES  largest size                                         [64M]\n"
     "  -f N      multiply the size by N each step (N >= 2)            [2]\n"
@@ -99,11 +104,12 @@ static void usage(FILE* out) {
     "  -d TYPE   float32 float64 int32                                [float32]\n"
     "  -x 0|1    self-test of the check: corrupt one output element per checked call\n"
     "  -h        this help\n"
-    "The op is always sum. size: bytes of the largest buffer per rank (allgather: the receive\n"
-    "buffer; reduce_scatter, alltoall: the send buffer); count = size / dtype size. Sizes that do\n"
-    "not divide evenly are skipped. time: average per iteration, maximum over ranks.\n"
+    "The op is always sum. size: bytes of the largest buffer per rank (allgather, gather: the\n"
+    "receive buffer; reduce_scatter, alltoall, scatter: the send buffer); count = size / dtype size.\n"
+    "Sizes that do not divide evenly are skipped. time: average per iteration, maximum over ranks.\n"
     "MPI calls: MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast (root 0),\n"
-    "MPI_Alltoall, MPI_Reduce (root 0); all out of place except MPI_Bcast, which has one buffer.\n");
+    "MPI_Alltoall, MPI_Reduce, MPI_Gather, MPI_Scatter (root 0); all out of place except MPI_Bcast,\n"
+    "which has one buffer.\n");
 }
 
 static int bad_usage(const char* what, const char* value) {
@@ -284,21 +290,27 @@ static int run_call(const call_t* c) {
     case MC_BROADCAST: return MPI_Bcast(c->recv, n, dt, 0, MPI_COMM_WORLD);
     case MC_ALLTOALL: return MPI_Alltoall(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
     case MC_REDUCE: return MPI_Reduce(c->send, c->recv, n, dt, MPI_SUM, 0, MPI_COMM_WORLD);
+    case MC_GATHER: return MPI_Gather(c->send, n, dt, c->recv, n, dt, 0, MPI_COMM_WORLD);
+    case MC_SCATTER: return MPI_Scatter(c->send, n, dt, c->recv, n, dt, 0, MPI_COMM_WORLD);
     default: return MPI_ERR_OTHER;
   }
 }
 
-/* Elements of the send buffer that the call reads (broadcast: none, it has one buffer). */
+/* Elements of the send buffer that the call reads (broadcast: none, it has one buffer;
+ * scatter: the root's blocks, none elsewhere). */
 static size_t input_count(const call_t* c) {
   switch (c->coll) {
     case MC_REDUCE_SCATTER:
     case MC_ALLTOALL: return c->count * (size_t)c->nranks;
+    case MC_SCATTER: return c->rank == 0 ? c->count * (size_t)c->nranks : 0;
     case MC_BROADCAST: return 0;
     default: return c->count;
   }
 }
 
+/* Elements of the receive buffer that the call writes (gather: the root's). */
 static size_t output_count(const call_t* c) {
+  if (c->coll == MC_GATHER) return c->rank == 0 ? c->count * (size_t)c->nranks : 0;
   int whole = c->coll == MC_ALLGATHER || c->coll == MC_ALLTOALL;
   return whole ? c->count * (size_t)c->nranks : c->count;
 }
@@ -321,6 +333,11 @@ static uint64_t count_wrong(const call_t* c, const tables_t* t) {
     case MC_REDUCE: /* the root's output; the others' receive buffers are not written */
       if (c->rank == 0) wrong = region_wrong(c->recv, n, t->summed, eb, 0);
       break;
+    case MC_GATHER: /* the root's block r comes from rank r */
+      for (int r = 0; c->rank == 0 && r < c->nranks; r++)
+        wrong += region_wrong(c->recv + (size_t)r * n * eb, n, t->input[r], eb, 0);
+      break;
+    case MC_SCATTER: wrong = region_wrong(c->recv, n, t->input[0], eb, me * n); break; /* the root's block me */
     case MC_ALLGATHER:
     case MC_ALLTOALL:
       for (int r = 0; r < c->nranks; r++) { /* block r comes from rank r */
