@@ -30,6 +30,7 @@ extern const chorus_algo_t chorus__algo_bruck_alltoall;
 extern const chorus_algo_t chorus__algo_dissemination_barrier;
 extern const chorus_algo_t chorus__algo_linear_gather;
 extern const chorus_algo_t chorus__algo_linear_scatter;
+extern const chorus_algo_t chorus__algo_binomial_scatter;
 extern const chorus_algo_t chorus__algo_direct_send;
 extern const chorus_algo_t chorus__algo_direct_recv;
 extern const chorus_algo_t chorus__algo_direct_sendrecv;

@@ -21,6 +21,7 @@ const chorus_algo_t* const chorus__algos[] = {
     &chorus__algo_chain_broadcast,       &chorus__algo_sag_broadcast,
     &chorus__algo_dbtree_allreduce,      &chorus__algo_chain_reduce,
     &chorus__algo_rankring_allreduce, /* baseline: after `ring`, which wins its ties */
+    &chorus__algo_binomial_scatter,
     /* Same-host memory semantics: chosen by cost when every rank shares one host. */
     &chorus__algo_shm_allreduce,         &chorus__algo_shm_reduce_scatter,
     &chorus__algo_shm_allgather,         &chorus__algo_shm_broadcast,
