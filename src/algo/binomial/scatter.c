@@ -96,7 +96,6 @@ static chorus_status_t binomial_scatter_progress(chorus_task_t* t) {
   }
   for (int c = 0; c < b->tree.nchildren; c++)
     if (!chorus__algo_done(&b->send_xfers[c])) return CHORUS_INPROGRESS;
-  t->step = 1;
   return CHORUS_OK;
 }
 

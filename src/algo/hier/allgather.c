@@ -245,7 +245,7 @@ static chorus_status_t hag_init(chorus_task_t* t) {
       if ((h->shm ? !h->pieces : bytes && !h->scratch) || !h->rail_counts) st = CHORUS_ERR_NO_MEMORY;
       else h->rail_displs = h->rail_counts + h->at.H;
       h->pipe_elems = chorus__hier_block_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.H, t->pipe_unit_bytes);
-      h->pipe = (chorus_hier_pipe_t){.nchunks = h->whole.count ? chorus__div_up(h->whole.count, h->pipe_elems) : 1,
+      h->pipe = (chorus_hier_pipe_t){.nchunks = chorus__hier_chunks(h->whole.count, h->pipe_elems),
                                      .nstages = 2,
                                      .level = {CHORUS_HIER_INTER, CHORUS_HIER_INTRA},
                                      .active = {1, 1},
@@ -274,11 +274,11 @@ static double hag_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return hag_leader_cost_us(t, cx, block, slot);
   double n = t->nranks, touched = n * block + block; /* recvbuf, sendbuf */
   size_t E = chorus__hier_block_pipe_elems(t->args.count, t->dtype_size, H, t->pipe_unit_bytes);
-  double chunks = t->args.count ? (double)chorus__div_up(t->args.count, E) : 1.0, S = block / chunks;
+  double chunks = (double)chorus__hier_chunks(t->args.count, E), S = block / chunks;
   double inter = (H - 1.0) * (cx->spread.alpha_us + L * S / cx->inter.bytes_per_us);
   double intra = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(H * S), slot), 0.0) +
                  chorus__hier_copy_us(cx, n * S, touched);
-  return inter + intra + (chunks - 1.0) * (inter > intra ? inter : intra);
+  return chorus__hier_pipelined_us(inter, intra, chunks);
 }
 
 const chorus_algo_t chorus__algo_hier_allgather = {

@@ -245,7 +245,7 @@ static hier_plan_t plan(const chorus_task_t* t, const chorus_cost_ctx_t* comm_cx
     double reduce_stages = 2.0 - 1.0 / (double)(sub_chunks ? sub_chunks : 1);
     double intra = leader ? chorus__shm_cost_us(cx, reduce_stages, sub_chunks, L * S) + chorus__shm_cost_us(cx, 2, sub_chunks, S)
                           : chorus__shm_cost_us(cx, 2, sub_chunks, 2.0 * S) + chorus__shm_cost_us(cx, 2, ag_chunks, S);
-    double us = intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
+    double us = chorus__hier_pipelined_us(intra, inter, chunks);
     if (leader) us += chorus__algo_packing_us(t, cx); /* only the rails take a fused group's members */
     if (us < best.us) best = (hier_plan_t){leader, eng, us};
   }

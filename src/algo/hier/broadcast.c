@@ -176,7 +176,7 @@ static double hbc_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) { /* the heads: the whole chunk along the tree, then the host */
     double across = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / cx->inter.bytes_per_us);
     double spread = chorus__shm_cost_us(cx, 1, chorus__div_up((size_t)P, slot), 2.0 * P);
-    return across + spread + (chunks - 1.0) * (across > spread ? across : spread);
+    return chorus__hier_pipelined_us(across, spread, chunks);
   }
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
   double t2 = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / cx->inter.bytes_per_us);

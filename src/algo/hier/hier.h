@@ -213,6 +213,14 @@ size_t chorus__hier_pipe_elems(size_t count, size_t elem_bytes, int L, size_t un
  * chunk, so that a rank's rail carries the same chunk bytes (H blocks of it) as allreduce's. At
  * least one. */
 size_t chorus__hier_block_pipe_elems(size_t count, size_t elem_bytes, int H, size_t unit_bytes);
+/* The chunks of `count` elements cut `elems` at a time: one (empty) for a count of 0. */
+static inline size_t chorus__hier_chunks(size_t count, size_t elems) { return count ? chorus__div_up(count, elems) : 1; }
+
+/* The predicted time of a two-stage pipeline of `chunks` chunks whose stages take `first` and
+ * `second` per chunk: the first chunk goes through both, each later one adds the slower. */
+static inline double chorus__hier_pipelined_us(double first, double second, double chunks) {
+  return first + second + (chunks - 1.0) * (first > second ? first : second);
+}
 
 /* The tag base of stage `stage` (0..2) of chunk `chunk`: phases of one task never match. */
 static inline uint32_t chorus__hier_tag(int stage, size_t chunk) {

@@ -189,7 +189,7 @@ static double hrd_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) { /* the heads: the host's reduce, then the whole chunk along the tree */
     double gather = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), L * P);
     double across = chorus__ceil_log2(H) * (cx->inter.alpha_us + P / cx->inter.bytes_per_us + P / cx->reduce_bytes_per_us);
-    return gather + across + (chunks - 1.0) * (gather > across ? gather : across);
+    return chorus__hier_pipelined_us(gather, across, chunks);
   }
   double t1 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P, slot), 2.0 * P);
   double t3 = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)P / (size_t)L, slot), P);

@@ -240,7 +240,7 @@ static chorus_status_t hrs_init(chorus_task_t* t) {
       if (!h->packed || (h->shm && !h->pieces)) st = CHORUS_ERR_NO_MEMORY;
       else h->reduced = h->packed + packed;
       h->pipe_elems = chorus__hier_block_pipe_elems(h->whole.count, h->whole.elem_bytes, h->at.H, t->pipe_unit_bytes);
-      h->pipe = (chorus_hier_pipe_t){.nchunks = h->whole.count ? chorus__div_up(h->whole.count, h->pipe_elems) : 1,
+      h->pipe = (chorus_hier_pipe_t){.nchunks = chorus__hier_chunks(h->whole.count, h->pipe_elems),
                                      .nstages = 2,
                                      .level = {CHORUS_HIER_INTRA, CHORUS_HIER_INTER},
                                      .active = {1, 1},
@@ -268,11 +268,11 @@ static double hrs_cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   if (!chorus__hier_shape_ok(t)) return hrs_leader_cost_us(t, cx, block, slot);
   double n = t->nranks, touched = (n + H + 1.0) * block; /* sendbuf, the scratch, recvbuf */
   size_t E = chorus__hier_block_pipe_elems(t->args.count, t->dtype_size, H, t->pipe_unit_bytes);
-  double chunks = t->args.count ? (double)chorus__div_up(t->args.count, E) : 1.0, S = block / chunks;
+  double chunks = (double)chorus__hier_chunks(t->args.count, E), S = block / chunks;
   double intra = chorus__shm_cost_us(cx, 2, chorus__div_up((size_t)(L * H * S), slot), 0.0) +
                  chorus__hier_copy_us(cx, 2.0 * n * S, touched);
   double inter = (H - 1.0) * (cx->spread.alpha_us + L * S / cx->inter.bytes_per_us);
-  return intra + inter + (chunks - 1.0) * (intra > inter ? intra : inter);
+  return chorus__hier_pipelined_us(intra, inter, chunks);
 }
 
 const chorus_algo_t chorus__algo_hier_reduce_scatter = {
