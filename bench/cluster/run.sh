@@ -2,10 +2,11 @@
 # run.sh - the emulated-cluster headline table: a float32 sum allreduce (or another collective,
 # --coll) on H hosts x L ranks
 # (network namespaces on a bridge, every host link shaped with tc tbf, scripts/cluster.sh) for
-# Chorus's algorithms and numberings and for Open MPI over TCP, alternating the contenders
+# Chorus's algorithms and numberings and for Open MPI and Gloo over TCP, alternating the contenders
 # within each repetition (A, B, C, ..., A, B, C, ...), with medians and the bytes that crossed
 # the host links per call. Needs root and iproute2; installs openmpi-bin/libopenmpi-dev (and
-# iperf3 for --line-rate) with apt-get unless --no-install.
+# iperf3 for --line-rate) with apt-get unless --no-install; Gloo is Debian's python3-torch, run
+# by bench/compare/gloo_perf.py. (MPICH is not a row: bench/cluster/README.md says why.)
 #
 # Usage: bench/cluster/run.sh [options]
 #   --reps N          repetitions (each runs every row at every size once) [3]
@@ -14,13 +15,16 @@
 #                     or scatter [allreduce]
 #   --rows "..."      rows, of: auto and auto_rr (the automatic choice, ranks numbered by host and
 #                     round robin), ompi and ompi_best (Open MPI's default and its fastest forced
-#                     algorithm), a Chorus algorithm forced by name (hier, ring, binomial, ...;
+#                     algorithm), gloo (torch.distributed's
+#                     gloo backend; allreduce, broadcast, allgather and alltoall only: torch 1.13's
+#                     gloo has no reduce_scatter), a Chorus algorithm forced by name (hier, ring, binomial, ...;
 #                     NAME_rr: numbered round robin), and for allreduce the compressed rows
 #                     (automatic selection with CHORUS_COMPRESSION set, not checked: lossy):
 #                     zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk (top-k 1%)
 #                     [allreduce: naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi
-#                     ompi_best; alltoall, gather, scatter: auto auto_rr ompi ompi_best; the others:
-#                     hier too]
+#                     ompi_best gloo; gather, scatter: auto auto_rr ompi ompi_best; alltoall: those
+#                     and gloo; reduce, reduce_scatter: hier too; broadcast, allgather: hier and
+#                     gloo too]
 #   --hosts H         [4]
 #   --ranks L         ranks per host [2]
 #   --rate RATE       tc tbf rate of every host link, each way [2gbit]
@@ -50,8 +54,8 @@ set -u -o pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CHORUS_CLUSTER_BUILD_DIR:-$REPO/build}
-ALL_ROWS="naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best"
-OTHER_COLL_ROWS="hier auto auto_rr ompi ompi_best" # alltoall has no hier
+ALL_ROWS="naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi ompi_best gloo"
+OTHER_COLL_ROWS="hier auto auto_rr ompi ompi_best" # alltoall, gather and scatter have no hier
 ZIP_ROWS="zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk"
 SUBNET=198.18.0
 
@@ -99,7 +103,9 @@ esac
 if [ -z "$rows" ]; then
   case $coll in
     allreduce) rows=$ALL_ROWS ;;
-    alltoall | gather | scatter) rows=${OTHER_COLL_ROWS/hier /} ;;
+    alltoall) rows="${OTHER_COLL_ROWS/hier /} gloo" ;;
+    gather | scatter) rows=${OTHER_COLL_ROWS/hier /} ;;
+    broadcast | allgather) rows="$OTHER_COLL_ROWS gloo" ;;
     *) rows=$OTHER_COLL_ROWS ;;
   esac
 fi
@@ -158,7 +164,6 @@ fi
 read -r -a NS <<<"${CLUSTER_HOST_NS:?not inside scripts/cluster.sh --switch-cmd}"
 nranks=$((hosts * ranks))
 port=29600
-run_id=0
 SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 
 tx_sum() { # bytes sent on eth0 by every host so far
@@ -177,8 +182,8 @@ iters_for() { # "-n N -w W" by size: enough calls for a stable time, bounded run
   else echo "5 1"; fi
 }
 
-# chorus_run LOG NUMBERING ENVVAR=VAL... -- perf args: one chorus-run per host, all bounded.
-chorus_run() {
+# host_run LOG NUMBERING ENVVAR=VAL... -- PROG ARGS: one chorus-run of PROG per host, all bounded.
+host_run() {
   local log=$1 numbering=$2 i pids=() rc=0 envs=()
   shift 2
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
@@ -188,12 +193,29 @@ chorus_run() {
     ip netns exec "${NS[$i]}" env CHORUS_HOST_ID="host$i" CHORUS_SECRET="$SECRET" "${envs[@]}" \
       timeout -k 5 "$run_timeout" "$BUILD/chorus-run" --timeout "$run_timeout" --nnodes "$hosts" \
       --node-rank "$i" --master-addr "$SUBNET.1" --master-port "$port" --numbering "$numbering" \
-      -n "$ranks" "$BUILD/chorus-perf" "$@" >"$log.host$i" 2>&1 </dev/null &
+      -n "$ranks" "$@" >"$log.host$i" 2>&1 </dev/null &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i" || rc=$?; done
   cp "$log.host0" "$log"
   return $rc
+}
+
+# chorus_run LOG NUMBERING ENVVAR=VAL... -- perf args
+chorus_run() {
+  local log=$1 numbering=$2 envs=()
+  shift 2
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  host_run "$log" "$numbering" "${envs[@]}" -- "$BUILD/chorus-perf" "$@"
+}
+
+# gloo_run LOG -- perf args: gloo_perf.py, ranks numbered by host, sockets on the host links
+gloo_run() {
+  local log=$1
+  shift 2
+  host_run "$log" host GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 -- /usr/bin/python3 \
+    "$REPO/bench/compare/gloo_perf.py" "$@"
 }
 
 WRAP=$out/netns-wrap.sh
@@ -236,8 +258,8 @@ one_run() {
   read -r it wu < <(iters_for "$b")
   local perf=("$coll" -b "$b" -e "$b" -n "$it" -w "$wu" -c 1 -d float32)
   # Broadcast in place, as MPI_Bcast (one buffer) and torch's broadcast: out of place, Chorus's
-  # root would also copy its buffer (mpi_perf ignores -p)
-  [[ $coll = broadcast && $row != ompi* ]] && perf+=(-p 1)
+  # root would also copy its buffer (mpi_perf ignores -p, gloo_perf has none)
+  [[ $coll = broadcast && $row != ompi* && $row != gloo ]] && perf+=(-p 1)
   calls=$(calls_of "$row" "$b")
   [[ $row == setup_* ]] && b=4 calls=1
   t0=$(tx_sum) || return 1
@@ -249,6 +271,8 @@ one_run() {
     ompi) mpi_run "$log" 0 -- "${perf[@]}" ;;
     ompi_best) mpi_run "$log" "$ompi_best_alg" -- "${perf[@]}" ;;
     ompi_alg*) mpi_run "$log" "${row#ompi_alg}" -- "${perf[@]}" ;;
+    gloo) gloo_run "$log" -- "${perf[@]}" ;;
+    setup_gloo) gloo_run "$log" -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 ;;
     setup_chorus) chorus_run "$log" host -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 -a ring ;;
     setup_chorus_rr) chorus_run "$log" rr -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 -a ring ;;
     setup_ompi) mpi_run "$log" 0 -- allreduce -b 4 -e 4 -n 1 -w 0 -c 0 ;;
@@ -373,11 +397,22 @@ if [[ " $rows " == *" ompi_best "* ]]; then
   fi
 fi
 [ $have_mpi = 1 ] || { rows=${rows/ompi/}; echo "run.sh: no Open MPI: its rows skipped" >&2; }
+if [[ " $rows " == *" gloo "* ]]; then
+  case $coll in
+    allreduce | broadcast | allgather | alltoall)
+      /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
+        { rows=${rows/gloo/}; echo "run.sh: no torch with gloo: its row skipped" >&2; } ;;
+    *) rows=${rows/gloo/}; echo "run.sh: gloo_perf has no $coll: its row skipped" >&2 ;;
+  esac
+fi
 
 setups="setup_chorus"
 [[ " $rows " == *"ring_rr "* || " $rows " == *" auto_rr "* ]] && setups+=" setup_chorus_rr"
 [[ " $rows " == *" ompi"* ]] && setups+=" setup_ompi"
-setup_of() { case $1 in ompi*) echo setup_ompi ;; *_rr) echo setup_chorus_rr ;; *) echo setup_chorus ;; esac; }
+[[ " $rows " == *" gloo "* ]] && setups+=" setup_gloo"
+setup_of() {
+  case $1 in ompi*) echo setup_ompi ;; gloo) echo setup_gloo ;; *_rr) echo setup_chorus_rr ;; *) echo setup_chorus ;; esac
+}
 for ((rep = 1; rep <= reps; rep++)); do
   for row in $setups; do # a 4-byte run of one call: what set-up alone sends
     log=$out/raw/$row.rep$rep.log
@@ -505,7 +540,7 @@ read -r bus link crossed < <(awk -v c="$coll" -v h="$hosts" -v l="$ranks" -v n="
     echo "the link limit with TCP/IP and Ethernet headers (x 1514/1448): what a $coll at that limit would show."
     printf '| row |'; for s in $sizes; do printf ' %s / auto | %s ceiling |' "$s" "$s"; done; echo
     printf '|---|'; for s in $sizes; do printf -- '---|---|'; done; echo
-    for row in ompi ompi_best; do
+    for row in ompi ompi_best gloo; do
       [[ " $rows " == *" $row "* ]] || continue
       printf '| %s |' "$row"
       for s in $sizes; do
