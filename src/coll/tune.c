@@ -503,6 +503,17 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx) {
    * figures (the shared-memory prices were measured that way). */
   cx->handover_us = shared_cores ? cx->inter.alpha_us : 0.0;
   cx->handover_spin_us = shared_cores ? cx->machine_oversub * CHORUS_CORE_TURN_US : 0.0;
+  /* With one rank per host the probe pair measured as placed, each on a core of its own
+   * (chorus__tune_inter_lead), but in a call every step across hosts also waits for its
+   * receiver's turn on a shared core. Without it, on 4 emulated hosts x 1 rank on 2 CPUs,
+   * halving-doubling's four steps were priced level with recursive doubling's two at 4 KiB
+   * (47.9 against 46.6 us; the probe's noise chose either) and under them at 8 KiB, where they
+   * took 1.3-1.7x recursive doubling's time; from 16 KiB, where halving-doubling is the
+   * faster, it stays ahead with the turn priced. */
+  if (shared_cores && L == 1) {
+    cx->flat.alpha_us += cx->handover_spin_us;
+    cx->spread.alpha_us += cx->handover_spin_us;
+  }
   if (cx->nhosts > 1 && L > 1) cx->spread.bytes_per_us /= L;
   /* L streams per host share its link, and none goes faster than the ring's streams. */
   if (cx->spread.bytes_per_us > cx->flat.bytes_per_us) cx->spread.bytes_per_us = cx->flat.bytes_per_us;

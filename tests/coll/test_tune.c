@@ -229,6 +229,26 @@ TEST(derived_figures_on_shared_cores) {
   ASSERT_TRUE(twice.spread.bytes_per_us == small.spread.bytes_per_us && twice.inter.alpha_us == small.inter.alpha_us);
 }
 
+/* One rank per host: the probe pair measured as placed, on cores of their own, so where ranks
+ * share cores every step across hosts is priced a turn of the core more (tune.c); the link's own
+ * figures (the spin, the latency-bound limit) stay as measured. */
+TEST(derived_figures_one_rank_per_host) {
+  chorus_cost_ctx_t cx = cluster_ctx(2.0);
+  cx.max_local = 1;
+  chorus__tune_derive(&cx);
+  double turn = 2.0 * CHORUS_CORE_TURN_US;
+  ASSERT_TRUE(cx.handover_spin_us == turn);
+  ASSERT_TRUE(cx.flat.alpha_us == 60.0 + turn && cx.spread.alpha_us == 60.0 + turn);
+  ASSERT_TRUE(cx.spread_alpha_small_us == 60.0 + turn && cx.spread.bytes_per_us == 250.0);
+  ASSERT_TRUE(cx.inter.alpha_us == 60.0 && cx.spin_bytes == 16384.0);
+  chorus__tune_derive(&cx); /* derived again (a split): the turn is not added twice */
+  ASSERT_TRUE(cx.flat.alpha_us == 60.0 + turn && cx.spread.alpha_us == 60.0 + turn);
+  cx = cluster_ctx(0.5); /* cores of their own */
+  cx.max_local = 1;
+  chorus__tune_derive(&cx);
+  ASSERT_TRUE(cx.flat.alpha_us == 60.0 && cx.spread.alpha_us == 60.0);
+}
+
 TEST(derived_ring_figure) {
   chorus_cost_ctx_t cx = cluster_ctx(4.0);
   cx.inter.bytes_per_us = 600.0;
