@@ -504,15 +504,18 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx) {
   cx->handover_us = shared_cores ? cx->inter.alpha_us : 0.0;
   cx->handover_spin_us = shared_cores ? cx->machine_oversub * CHORUS_CORE_TURN_US : 0.0;
   /* With one rank per host the probe pair measured as placed, each on a core of its own
-   * (chorus__tune_inter_lead), but in a call every step across hosts also waits for its
-   * receiver's turn on a shared core. Without it, on 4 emulated hosts x 1 rank on 2 CPUs,
-   * halving-doubling's four steps were priced level with recursive doubling's two at 4 KiB
-   * (47.9 against 46.6 us; the probe's noise chose either) and under them at 8 KiB, where they
-   * took 1.3-1.7x recursive doubling's time; from 16 KiB, where halving-doubling is the
-   * faster, it stays ahead with the turn priced. */
+   * (chorus__tune_inter_lead), but in a call every step across hosts also waits while the core
+   * goes round the other ranks that share it, whose turns grow with their number: k ranks a CPU
+   * cost a step k (k - 1) turns. Unpriced, on 4 emulated hosts x 1 rank on 2 CPUs (k = 2: 6
+   * us) halving-doubling's four steps were level with recursive doubling's two at 4 KiB (the
+   * probe's noise chose either) and ahead at 8 KiB, where they took 1.3-1.7x its time; on 8 x 1
+   * (k = 4: 36 us; a step of 256 B took 43 us there, against a 6 us alpha) halving-doubling
+   * went first from 4 KiB, at 1.5-1.8x. From 16 KiB on 4 x 1 and 64 KiB on 8 x 1, where the
+   * transfers hide the turns and halving-doubling is the faster, it stays ahead. */
   if (shared_cores && L == 1) {
-    cx->flat.alpha_us += cx->handover_spin_us;
-    cx->spread.alpha_us += cx->handover_spin_us;
+    double step_turns_us = cx->machine_oversub * (cx->machine_oversub - 1.0) * CHORUS_CORE_TURN_US;
+    cx->flat.alpha_us += step_turns_us;
+    cx->spread.alpha_us += step_turns_us;
   }
   if (cx->nhosts > 1 && L > 1) cx->spread.bytes_per_us /= L;
   /* L streams per host share its link, and none goes faster than the ring's streams. */

@@ -168,11 +168,24 @@ static int check_allreduce_choice(chorus_comm_t* comm, int rank, void* arg) {
   ASSERT_TRUE(buf != NULL);
   for (size_t i = 0; i < c->count; i++) buf[i] = (float)(rank * 7 + (int)(i % 101));
   ASSERT_OK(chorus_allreduce(buf, buf, c->count, CHORUS_FLOAT32, CHORUS_SUM, comm));
-  for (size_t i = 0; i < c->count; i++) ASSERT_TRUE(buf[i] == (float)(42 + 4 * (int)(i % 101)));
+  int n = comm->nranks;
+  for (size_t i = 0; i < c->count; i++) ASSERT_TRUE(buf[i] == (float)(7 * n * (n - 1) / 2 + n * (int)(i % 101)));
   test_set_context("%zu floats, %.1f ranks a core", c->count, comm->cost.machine_oversub);
   ASSERT_STR_EQ(picked(comm, CH_COLL_ALLREDUCE), c->want);
   free(buf);
   return 0;
+}
+
+/* 8 hosts x 1 rank, 4 ranks a CPU (the probe there: 5.7 us + 250 B/us): recursive doubling up
+ * to 16 KiB (199 us against halving-doubling's 304), halving-doubling at 64 KiB (479 against
+ * 833; docs/sweep.md). */
+static const int kEightByOne[] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+TEST_EX(allreduce_on_eight_hosts_of_one_rank, 120, "full") {
+  const char* figures = "intra 15.0 2000\ninter 5.7 250\ninter_ring 5.7 231\n";
+  const allreduce_case_t cases[] = {{4096, "rd"}, {16384, "rhd"}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    run_with_figures(figures, 8, kEightByOne, check_allreduce_choice, (void*)&cases[i]);
 }
 
 TEST_EX(allreduce_on_four_hosts_of_one_rank, 120, "full") {

@@ -229,15 +229,18 @@ TEST(derived_figures_on_shared_cores) {
   ASSERT_TRUE(twice.spread.bytes_per_us == small.spread.bytes_per_us && twice.inter.alpha_us == small.inter.alpha_us);
 }
 
-/* One rank per host: the probe pair measured as placed, on cores of their own, so where ranks
- * share cores every step across hosts is priced a turn of the core more (tune.c); the link's own
- * figures (the spin, the latency-bound limit) stay as measured. */
+/* One rank per host: the probe pair measured as placed, on cores of their own, so where k ranks
+ * share each core every step across hosts is priced k (k - 1) turns of the core more (tune.c);
+ * the link's own figures (the spin, the latency-bound limit) stay as measured. */
 TEST(derived_figures_one_rank_per_host) {
-  chorus_cost_ctx_t cx = cluster_ctx(2.0);
+  chorus_cost_ctx_t cx = cluster_ctx(4.0); /* 8 x 1 on 2 CPUs */
+  cx.max_local = 1;
+  chorus__tune_derive(&cx);
+  ASSERT_TRUE(cx.flat.alpha_us == 60.0 + 12.0 * CHORUS_CORE_TURN_US && cx.spread.alpha_us == cx.flat.alpha_us);
+  cx = cluster_ctx(2.0); /* 4 x 1 */
   cx.max_local = 1;
   chorus__tune_derive(&cx);
   double turn = 2.0 * CHORUS_CORE_TURN_US;
-  ASSERT_TRUE(cx.handover_spin_us == turn);
   ASSERT_TRUE(cx.flat.alpha_us == 60.0 + turn && cx.spread.alpha_us == 60.0 + turn);
   ASSERT_TRUE(cx.spread_alpha_small_us == 60.0 + turn && cx.spread.bytes_per_us == 250.0);
   ASSERT_TRUE(cx.inter.alpha_us == 60.0 && cx.spin_bytes == 16384.0);
