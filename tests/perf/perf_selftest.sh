@@ -4,7 +4,7 @@
 # element per checked row, exit 1); a failed call (a forced algorithm that does not exist) makes
 # it exit non-zero naming the status; -J writes valid JSON with one object per row; -a A,B,...
 # with -k times several algorithms in one job, leaves out the one that cannot serve a call, and
-# checks every contender's results; -B 1 (a barrier after every timed call) and -B 2 (calls
+# checks every contender's results, each round in another order; -B 1 (a barrier after every timed call) and -B 2 (calls
 # entered together at a moment rank 0 names) say so in the header and the JSON and check their
 # results like any run, and -B 2 times from that moment, not from when it was named (500 us
 # before).
@@ -101,6 +101,32 @@ code=$?
 awk '/^ / { rows++; if ($9 != 1) bad = 1 } END { exit !(rows == 12 && !bad) }' "$TMP/out" ||
   fail "-a ring,rd,hier -x 1: not one wrong element in each of 12 rows: $(cat "$TMP/out")"
 ok "-a A,B,... -k N: every contender checked and timed in turns, unsupported ones left out"
+
+# The rounds' orders (rank 0's trace: the algorithm of every allreduce in call order): each round
+# times every contender, and over 4 rounds of 4 every contender follows at least two different
+# ones (a fixed cyclic order would give each the same one in every round but at its edges).
+run_job -n 2 -x CHORUS_TRACE_FILE="$TMP/trace.%r.json" "$PERF" allreduce -a ring,rd,direct,rhd -k 4 \
+  -b 64 -e 64 -n 1 -w 0 -c 0 >"$TMP/out" 2>"$TMP/err" || fail "-a ... -k 4 with a trace: exit $? ($(cat "$TMP/err"))"
+/usr/bin/python3 - "$TMP/trace.0.json" <<'EOF' || fail "-k 4: the rounds' orders do not vary"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+calls = [e["args"]["algo"] for e in sorted(events, key=lambda e: e["ts"]) if e.get("name") == "allreduce"]
+calls = calls[4:]  # one call of each contender before the rounds
+per_batch = len(calls) // 16  # 16 batches of equal calls: 4 rounds of 4
+assert per_batch >= 1 and len(calls) == 16 * per_batch, calls
+order = calls[::per_batch]
+assert all(calls[i:i + per_batch] == [order[i // per_batch]] * per_batch for i in range(0, len(calls), per_batch)), calls
+names = {"ring", "rd", "direct", "rhd"}
+rounds = [order[i:i + 4] for i in range(0, 16, 4)]
+assert all(set(r) == names for r in rounds), rounds
+before = {}
+flat = [a for r in rounds for a in r]
+for prev, cur in zip(flat, flat[1:]):
+    before.setdefault(cur, set()).add(prev)
+assert all(len(before.get(a, ())) >= 2 for a in names), (rounds, before)
+EOF
+ok "-k N: each round in another order, no contender always after the same one"
 
 # A forced algorithm that does not exist: the call fails; the status name is printed.
 run_job -n 2 "$PERF" broadcast -a no_such_algorithm -b 8 -e 8 >"$TMP/out" 2>"$TMP/err"
