@@ -511,7 +511,9 @@ void chorus__tune_derive(chorus_cost_ctx_t* cx) {
    * probe's noise chose either) and ahead at 8 KiB, where they took 1.3-1.7x its time; on 8 x 1
    * (k = 4: 36 us; a step of 256 B took 43 us there, against a 6 us alpha) halving-doubling
    * went first from 4 KiB, at 1.5-1.8x. From 16 KiB on 4 x 1 and 64 KiB on 8 x 1, where the
-   * transfers hide the turns and halving-doubling is the faster, it stays ahead. */
+   * transfers hide the turns and halving-doubling is the faster, it stays ahead. Between the two,
+   * 8 KiB on 4 x 1, the sum still prices them within 3% while recursive doubling runs 1.3-1.5x
+   * faster: its transfers hide the turns too, which a sum cannot show (docs/sweep.md). */
   if (shared_cores && L == 1) {
     double step_turns_us = cx->machine_oversub * (cx->machine_oversub - 1.0) * CHORUS_CORE_TURN_US;
     cx->flat.alpha_us += step_turns_us;
