@@ -502,27 +502,28 @@ static double median_of(const double* values, int n) {
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
-/* The contender at place j of round r of n: round r starts r places along the list and steps
- * by the r-th stride prime to n (1, then 2 or 3, ..., n - 1: the list backwards), so that each
+/* The stride of round r of n contenders: the r-th number prime to n (1, then 2 or 3, ..., n - 1:
+ * the list backwards). Round r starts r places along the list and steps by it, so that each
  * contender follows a different one from round to round. What ran just before a call matters:
  * on links shaped by a token bucket, 8 KiB allreduces on 4 emulated hosts x 1 rank took 52 us a
  * call right after the slow ring (its steps let the buckets refill) and 69 us after any other
  * contender, whatever the algorithm; with a fixed cyclic order one contender always got the
  * refilled buckets. */
-static int contender_at(int n, int r, int j) {
-  int strides = 0, stride = 1;
+static int round_stride(int n, int r) {
+  int strides = 0;
   for (int s = 1; s < n; s++) strides += gcd(s, n) == 1;
   for (int s = 1, seen = 0; strides > 0 && s < n; s++)
-    if (gcd(s, n) == 1 && seen++ == r % strides) stride = s;
-  return (int)(((long)r + (long)j * stride) % n);
+    if (gcd(s, n) == 1 && seen++ == r % strides) return s;
+  return 1;
 }
 
-/* Round r times every contender once, in the order contender_at gives. */
+/* Round r times every contender once, in the order round_stride gives. */
 static chorus_status_t time_rounds(perf_ctx_t* ctx, const perf_call_t* c, int* failed_k) {
   int n = ctx->ncontenders;
   for (int r = 0; r < ctx->opts.rounds; r++) {
+    int stride = round_stride(n, r);
     for (int j = 0; j < n; j++) {
-      int k = contender_at(n, r, j);
+      int k = (int)(((long)r + (long)j * stride) % n);
       perf_contender_t* who = &ctx->contender[k];
       if (who->skipped) continue;
       chorus_status_t st = time_row(ctx, who->comm, c, &who->round_us[r]);
