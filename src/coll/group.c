@@ -135,6 +135,8 @@ static void fused_unpack(const fused_t* f, const chorus_task_t* t) {
  * still in cache when it runs. */
 static void fused_start(chorus_task_t* t) {
   fused_t* f = t->on_done_arg;
+  /* The members are waited on, and they wait as long as the fused operation does. */
+  for (size_t i = 0; i < f->n; i++) f->members[i]->task.predicted_us = t->predicted_us;
   if (t->algo->takes_segments && t->segs) return; /* it reads the members where they are */
   size_t es = t->dtype_size, off = 0;
   for (size_t i = 0; i < f->n; i++) {

@@ -36,6 +36,10 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
     }
     t->algo = rule->algo;
     t->sub_algo = rule->sub[0] ? rule->sub : NULL;
+    if (rule->algo->cost_us) {
+      chorus_cost_ctx_t cx = chorus__cost_for_call(&comm->cost, (double)bytes);
+      t->predicted_us = rule->algo->cost_us(t, &cx);
+    }
     if (!rule->algo->compresses) t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0}; /* documented: sent as is */
     return CHORUS_OK;
   }
@@ -50,6 +54,7 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
   if (cached && memcmp(key, comm->picked[coll].key, sizeof(key)) == 0 &&
       (!cached->supported || cached->supported(t))) {
     t->algo = cached;
+    t->predicted_us = comm->picked[coll].us;
     return CHORUS_OK;
   }
   const chorus_algo_t* best = NULL;
@@ -80,7 +85,9 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
   CH_DEBUG(TUNE, comm->rank, "%s of %zu bytes on %d host(s): %s (%.1f us predicted); candidates (us):%s", cname,
            bytes, comm->cost.nhosts, best->name, best_us, cands);
   t->algo = best;
+  t->predicted_us = best_us;
   comm->picked[coll].algo = best;
+  comm->picked[coll].us = best_us;
   memcpy(comm->picked[coll].key, key, sizeof(key));
   return CHORUS_OK;
 }

@@ -213,6 +213,7 @@ typedef struct chorus_task {
   uint64_t last_progress_ns; /* last time any of its transfers moved */
   int blocking;              /* posted by a blocking call */
   int spins_long;            /* of at most cost->spin_bytes: its waits poll comm->spin_small_us */
+  double predicted_us;       /* the cost model's time for its algorithm (coll/select.c; 0: none) */
   int caller_drives;         /* posted by chorus_group_end, whose caller drives it: the
                                 background thread is not woken for it */
   int internal;              /* the library's own call: no CHORUS_ALGO rule, recorder or trace */

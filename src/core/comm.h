@@ -97,6 +97,7 @@ struct chorus_comm {
   struct {                   /* the last selection per collective, keyed by what decides it */
     const chorus_algo_t* algo;
     uint64_t key[3];
+    double us; /* its predicted time */
   } picked[CH_COLL_COUNT];
   int progressing;           /* a thread holds the right to drive progress */
   int cv_waiters;            /* threads waiting on cv: nobody to wake when 0 */
@@ -162,6 +163,8 @@ chorus_status_t chorus__engine_wait(chorus_comm_t* comm, chorus_task_t* t);
 /* Post and wait in one step, for blocking calls (one clock reading). comm->mu is held on entry
  * and on return (released while waiting); *queued says whether t was queued. */
 chorus_status_t chorus__engine_run(chorus_comm_t* comm, chorus_task_t* t, int* queued);
+/* How long a wait for target (NULL: the queue) polls before it sleeps (progress.c). */
+uint64_t chorus__engine_spin_ns(const chorus_comm_t* comm, const chorus_task_t* target);
 /* Non-blocking check: one progress pass if no other thread drives progress. */
 int chorus__engine_test(chorus_comm_t* comm, chorus_task_t* t);
 /* Marks the communicator broken with st and the sentence in comm->last_error; fails every

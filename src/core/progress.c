@@ -27,6 +27,9 @@
 #define BUSY_POLL_NS 3000ull
 #define CLOCK_POLLS 16
 
+/* The most a call's predicted time lengthens its waits' spin (chorus__engine_spin_ns). */
+#define CALL_SPIN_MAX_US 1000.0
+
 /* Freed requests a communicator keeps for reuse: 4096 of them hold 2.3 MB. */
 #define SPARE_REQS_MAX 4096u
 
@@ -388,13 +391,30 @@ typedef struct {
   int yielding;         /* past the busy poll: sched_yield between passes */
 } spin_t;
 
+/* The communicator's spin, but where every
+ * rank of the machine has a CPU of its own (and CHORUS_SPIN_US is not set) at least twice the
+ * call's predicted time, up to CALL_SPIN_MAX_US. Inside a call the awaited peers are mostly
+ * copying for it, and they are done within about that time; a sleep in between costs the wake-up
+ * of a halted virtual CPU, tens of microseconds. 2 ranks, 1 MiB broadcasts read straight from
+ * the root's buffer (about 48 us): the root slept after 50 us and the calls took 48-79 us, 47-49
+ * with a 1000 us spin (2026-12-07, docs/compare.md run 23). A call whose peer is late (still
+ * computing) costs its core at most that spin more before it sleeps. */
+uint64_t chorus__engine_spin_ns(const chorus_comm_t* comm, const chorus_task_t* target) {
+  double us = target && target->spins_long ? comm->spin_small_us : comm->spin_us;
+  if (target && comm->spin_by_link && !comm->oversubscribed && !comm->machine_crowded) {
+    double call_us = 2.0 * target->predicted_us < CALL_SPIN_MAX_US ? 2.0 * target->predicted_us : CALL_SPIN_MAX_US;
+    if (call_us > us) us = call_us;
+  }
+  return (uint64_t)(us * 1000.0);
+}
+
 /* Drives progress until target ends (or, with target NULL, the queue is empty). Called with mu
  * held and the driving role taken; mu is released while sleeping. hand_over_ns > 0: instead of
  * sleeping, returns once its spin (at most that long) ran out without progress. */
 static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now, uint64_t hand_over_ns) {
   spin_t spin = {0};
-  uint64_t spin_ns = (uint64_t)(target && target->spins_long ? comm->spin_small_us : comm->spin_us) * 1000ull;
-  if (hand_over_ns && hand_over_ns < spin_ns) spin_ns = hand_over_ns;
+  uint64_t spin_for_ns = chorus__engine_spin_ns(comm, target);
+  if (hand_over_ns && hand_over_ns < spin_for_ns) spin_for_ns = hand_over_ns;
   while (target_pending(comm, target)) {
     if (__atomic_load_n(&comm->abort_requested, __ATOMIC_ACQUIRE) && engine_busy(comm)) {
       chorus__comm_set_error(comm, "communicator aborted by chorus_comm_abort on rank %d", comm->rank);
@@ -422,7 +442,7 @@ static void drive(chorus_comm_t* comm, const chorus_task_t* target, uint64_t now
       continue;
     }
     if (!spin.start) spin.start = now;
-    if (now - spin.start >= spin_ns) {
+    if (now - spin.start >= spin_for_ns) {
       if (hand_over_ns) return;
       /* Sleep. Arm the doorbell first and look once more: a peer that publishes after this
        * look rings a doorbell whose value was already read, so the sleep returns at once

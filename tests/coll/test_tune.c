@@ -393,6 +393,50 @@ TEST(ranks_held_to_fewer_cpus_share_them) {
   ASSERT_EQ(rc, 0);
 }
 
+/* Where every rank has a CPU of its own, a wait polls at least twice its call's predicted time
+ * (up to 1 ms) before it sleeps, and at least the communicator's spin; an explicit
+ * CHORUS_SPIN_US, and ranks that share CPUs, keep the communicator's spin whatever the call. A
+ * call's selection records its prediction (the cached choice too). */
+static int check_call_spin(chorus_comm_t* comm, int rank, void* arg) {
+  const int* explicit_us = arg;
+  chorus_task_t t;
+  memset(&t, 0, sizeof(t));
+  uint64_t base_ns = (uint64_t)comm->spin_us * 1000u;
+  ASSERT_TRUE(chorus__engine_spin_ns(comm, NULL) == base_ns);
+  const double predicted[] = {0.0, 5.0, 100.0, 400.0, 1e6};
+  for (size_t i = 0; i < sizeof(predicted) / sizeof(predicted[0]); i++) {
+    t.predicted_us = predicted[i];
+    uint64_t want = base_ns;
+    if (!*explicit_us && !comm->oversubscribed) {
+      double call_ns = 2.0 * predicted[i] * 1000.0 < 1e6 ? 2.0 * predicted[i] * 1000.0 : 1e6;
+      if (call_ns > (double)want) want = (uint64_t)call_ns;
+    }
+    test_set_context("predicted %.0f us, spin %d us, %s", predicted[i], comm->spin_us,
+                     comm->oversubscribed ? "ranks share CPUs" : "a CPU each");
+    ASSERT_TRUE(chorus__engine_spin_ns(comm, &t) == want);
+  }
+  enum { N = 1 << 18 }; /* float32: 1 MiB */
+  float* buf = malloc(N * sizeof(float));
+  ASSERT_TRUE(buf != NULL);
+  for (int round = 0; round < 2; round++) { /* the second call takes the cached choice */
+    for (int i = 0; i < N; i++) buf[i] = rank == 0 ? (float)(i % 4093) : -1.0f;
+    ASSERT_OK(chorus_broadcast(buf, buf, N, CHORUS_FLOAT32, 0, comm));
+    for (int i = 0; i < N; i++) ASSERT_TRUE(buf[i] == (float)(i % 4093));
+    ASSERT_TRUE(comm->picked[CH_COLL_BROADCAST].us > 0.0);
+  }
+  free(buf);
+  return 0;
+}
+
+TEST(waits_spin_about_as_long_as_their_call) {
+  int cpus = allowed_cpus(), by_link = 0, explicit_us = 120;
+  if (cpus >= 2) ASSERT_EQ(run_ranks(2, check_call_spin, &by_link), 0);
+  if (cpus < 16) ASSERT_EQ(run_ranks(cpus + 1, check_call_spin, &by_link), 0);
+  setenv("CHORUS_SPIN_US", "120", 1);
+  ASSERT_EQ(run_ranks(2, check_call_spin, &explicit_us), 0);
+  unsetenv("CHORUS_SPIN_US");
+}
+
 /* Several sockets per peer (CHORUS_NSOCKS_PER_PEER=3): the probe compares one socket with all
  * three and every rank ends cutting messages over the same count, 1 or 3 (on loopback which one
  * depends on the machine); without the probe all three. Either way a 3 MiB allreduce (cut into
