@@ -135,7 +135,7 @@ static void stage_ahead(chorus_task_t* t, chorus_shm_op_t* s, chorus_status_t* s
     uint64_t id = s->base + j + 1;
     if (!chorus__shm_place_free(t, s, j, st)) return;
     size_t m = chorus__min_sz(t->args.count - first, s->chunk_elems);
-    memcpy(chorus__shm_place(t, s, s->me, id), (const char*)t->args.sendbuf + first * es, m * es);
+    chorus__shm_stage_copy(chorus__shm_place(t, s, s->me, id), (const char*)t->args.sendbuf + first * es, m * es);
     chorus__conn_shm_publish(t, SHM_ARRIVED, id);
     s->stage++;
     t->phase++;

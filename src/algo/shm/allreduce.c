@@ -166,8 +166,8 @@ static int stage_in_others(chorus_task_t* t, chorus_shm_op_t* s, const char* src
   char* slot = chorus__shm_op_slot(t, s, s->me, (int)(id & 1));
   size_t off, len, es = t->dtype_size;
   chorus__shm_slice(m, t->nranks, t->rank, &off, &len);
-  if (off) memcpy(slot, src, off * es);
-  if (off + len < m) memcpy(slot + (off + len) * es, src + (off + len) * es, (m - off - len) * es);
+  if (off) chorus__shm_stage_copy(slot, src, off * es);
+  if (off + len < m) chorus__shm_stage_copy(slot + (off + len) * es, src + (off + len) * es, (m - off - len) * es);
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;

@@ -125,7 +125,7 @@ static int stage_in(chorus_task_t* t, chorus_shm_op_t* s, size_t first, size_t m
   char* slot = chorus__shm_op_slot(t, s, s->me, (int)(id & 1));
   const char* in = t->args.sendbuf;
   for (int q = 0; q < t->nranks; q++)
-    memcpy(slot + (size_t)q * m * es, in + ((size_t)q * t->args.count + first) * es, m * es);
+    chorus__shm_stage_copy(slot + (size_t)q * m * es, in + ((size_t)q * t->args.count + first) * es, m * es);
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;

@@ -176,7 +176,7 @@ static chorus_status_t progress(chorus_task_t* t) {
     if (t->rank == root) {
       CHORUS_SHM_WAIT(pipe ? chorus__shm_pipe_place_free(t, s, &st) : chorus__shm_slot_free(t, s, &st), st);
       const char* in = (const char*)t->args.sendbuf + first * es;
-      memcpy(slot, in, m * es);
+      chorus__shm_stage_copy(slot, in, m * es);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
       if (out != in && !pipe) chorus__shm_copy_out(s, out, in, m * es);
     } else {

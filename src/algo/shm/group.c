@@ -209,7 +209,7 @@ static void ag_stage(chorus_shm_group_t* g, char* slot) {
     chorus__segs_gather(g->segs, g->nsegs, g->es, slot, g->seg_at + piece_first(g, s->me, s->k), m);
     return;
   }
-  memcpy(slot, g->sendbuf + off, m * g->es);
+  chorus__shm_stage_copy(slot, g->sendbuf + off, m * g->es);
   ag_output(g, piece_first(g, s->me, s->k), g->sendbuf + off, m);
 }
 
@@ -243,7 +243,7 @@ static int rooted_stage(chorus_task_t* t, chorus_shm_group_t* g, uint64_t id, in
   size_t m = piece_len(g, s->me, s->k), off = piece_off(g, s->me, s->k);
   if (writes) {
     if (!chorus__shm_slot_free(t, s, st)) return 0;
-    memcpy(chorus__shm_op_slot(t, s, s->me, which), g->sendbuf + off, m * g->es);
+    chorus__shm_stage_copy(chorus__shm_op_slot(t, s, s->me, which), g->sendbuf + off, m * g->es);
     if (g->kind == GROUP_BCAST) chorus__algo_copy(g->recvbuf + off, g->sendbuf + off, m * g->es);
   }
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);

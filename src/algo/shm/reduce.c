@@ -59,7 +59,7 @@ static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
     const char* mine = (const char*)t->args.sendbuf + first * es;
     if (!root) {
       CHORUS_SHM_WAIT(chorus__shm_pipe_place_free(t, s, &st), st);
-      memcpy(chorus__shm_pipe_place(t, s, t->rank), mine, m * es);
+      chorus__shm_stage_copy(chorus__shm_pipe_place(t, s, t->rank), mine, m * es);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
     } else {
       CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_ARRIVED, id, &st), st);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "algo/common.h"
+#include "core/cache.h"
 
 enum { SHM_ARRIVED = 0, SHM_REDUCED = 1, SHM_DONE = 2 };
 
@@ -62,6 +63,21 @@ static inline int chorus__shm_slot_free(chorus_task_t* t, const chorus_shm_op_t*
  * *st < 0 on failure). */
 static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, const void* src, size_t bytes,
                                        chorus_status_t* st);
+
+/* Copies of at most this many bytes into a slot ask for all of its lines first (below). */
+#define CHORUS_SHM_CLAIM_MAX_BYTES (16u * 1024u)
+
+/* Copies n bytes into this rank's slot or place (never overlapping src). The peers read those
+ * lines the last time the slot served, so each is shared with their caches and a copy that
+ * walks them in order waits for one upgrade after the other; a small copy asks for them all at
+ * once first (chorus__prefetch_for_write), so that the misses overlap. 2 ranks, 4 KiB
+ * allgathers (2 KiB blocks through the slots), alternating launches: 1.18-1.21 us a call
+ * against 0.96-1.01 (2026-12-07). */
+static inline void chorus__shm_stage_copy(void* slot, const void* src, size_t n) {
+  if (n <= CHORUS_SHM_CLAIM_MAX_BYTES)
+    for (size_t i = 0; i < n; i += 64) chorus__prefetch_for_write((char*)slot + i);
+  memcpy(slot, src, n);
+}
 
 /* Slice r of m elements split over n ranks as evenly as possible. */
 static inline void chorus__shm_slice(size_t m, int n, int r, size_t* off, size_t* len) {
@@ -227,7 +243,7 @@ static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, con
                                        chorus_status_t* st) {
   if (!chorus__shm_slot_free(t, s, st)) return 0;
   uint64_t id = chorus__shm_id(s);
-  memcpy(chorus__shm_op_slot(t, s, s->me, (int)(id & 1)), src, bytes);
+  chorus__shm_stage_copy(chorus__shm_op_slot(t, s, s->me, (int)(id & 1)), src, bytes);
   chorus__conn_shm_publish(t, SHM_ARRIVED, id);
   chorus__shm_advance(t, s, 1);
   return 1;
