@@ -50,10 +50,10 @@
  * (-B 1), 2.5 - 2.7 back to back; 128 KiB 6.7 - 15.6 and 6.6 - 9.2; 512 KiB 23 - 59 and 24 - 43;
  * at 16 KiB 1.7 - 2.7 alone but 1.7 - 1.5 back to back. At 1 MiB the reads took 120 us in place
  * against the two-rank pipeline's 78-81 while the root slept through its wait for them; since
- * waits spin for about the call's predicted time (core/progress.c, chorus__engine_spin_ns) they take 48-55
- * against 65-71 in place, 58-61 against 86-91 out of place (2026-12-07, docs/compare.md run
- * 23). At 2 MiB the two are level (165-170 us) and from 4 MiB the pipeline leads (330-340
- * against 350-380). */
+ * waits spin for about the call's predicted time (chorus__engine_spin_ns, core/progress.c)
+ * they take 48-55 against 65-71 in place, 58-61 against 86-91 out of place (2026-12-07,
+ * docs/compare.md run 23). At 2 MiB the two are level (165-170 us) and from 4 MiB the pipeline
+ * leads (330-340 against 350-380). */
 #define SINGLE_COPY_MIN_BYTES (16u * 1024u)
 #define SINGLE_COPY_MAX_BYTES (1024u * 1024u)
 
