@@ -124,8 +124,8 @@ static void run_both(const plan_t* base, int nranks, const char* slot_bytes) {
   if (slot_bytes) unsetenv("CHORUS_SHM_SLOT_SIZE");
 }
 
-/* Two ranks have a CPU each here: single-copy reads (broadcasts of more than 16 KiB up to 512
- * KiB, allgather and alltoall blocks of 8 KiB and more) whatever the kernel's speed, between the
+/* Two ranks have a CPU each here: single-copy reads (broadcasts of more than 4 KiB up to 1 MiB,
+ * allgather and alltoall blocks of 8 KiB and more) whatever the kernel's speed, between the
  * staged calls. */
 TEST_EX(two_ranks, 300, "full") {
   setenv("CHORUS_SHM_SINGLE_COPY", "2", 1);
@@ -134,7 +134,7 @@ TEST_EX(two_ranks, 300, "full") {
 }
 TEST_EX(two_ranks_small_slots, 300, "full") { run_both(&kLong, 2, "65536"); }
 TEST_EX(three_ranks, 300, "full") { run_both(&kLong, 3, NULL); }
-/* Staged through the slots: single-copy reads would take the broadcasts of 16-512 KiB. */
+/* Staged through the slots: single-copy reads would take the broadcasts of 4 KiB - 1 MiB. */
 static void run_short(int nranks) {
   setenv("CHORUS_SHM_SINGLE_COPY", "0", 1);
   run_both(&kShort, nranks, "65536");

@@ -2,7 +2,7 @@
 # test_single_copy.sh CHORUS_RUN CHORUS_PERF - same-host single-copy reads (process_vm_readv):
 # with a CPU per rank and CHORUS_SHM_SINGLE_COPY=2 (reads whatever the kernel's speed, so that the
 # test does not depend on the day's), every rank of the host turns them on, and broadcasts at the
-# sizes that take them (more than 16 KiB up to 1 MiB) and around them give bitwise-checked
+# sizes that take them (more than 4 KiB up to 1 MiB) and around them give bitwise-checked
 # results, out of place and in place, from either root, with default and 64 KiB slots, and so do
 # allgather and alltoall from 8 KiB blocks; by default every rank times the kernel's copy,
 # logs it, and the ranks agree; CHORUS_SHM_SINGLE_COPY=0 on one rank only turns them off on all
@@ -49,8 +49,8 @@ if ((cpus >= 2)); then
   JOB_SETS="$SLOTS $FORCE" run bc 2 "" broadcast -b 4K -e 2M -f 2
   reads bc on 2
   JOB_SETS="$SLOTS $FORCE" run bc_root1_inplace 2 "" broadcast -b 6K -e 1M -f 2 -r 1 -p 1
-  # Either side of the 16 KiB and 1 MiB bounds, of the slot (64 KiB) and of the staged calls (512 KiB).
-  JOB_SETS=$FORCE run bc_bounds_16k 2 "" broadcast -b 16380 -e 16388 -i 4 -d int8 -r 1
+  # Either side of the 4 KiB and 1 MiB bounds, of the slot (64 KiB) and of the staged calls (512 KiB).
+  JOB_SETS=$FORCE run bc_bounds_4k 2 "" broadcast -b 4092 -e 4100 -i 4 -d int8 -r 1
   JOB_SETS="$SLOTS $FORCE" run bc_bounds_int8 2 "" broadcast -b 60K -e 68K -i 1K -d int8
   JOB_SETS="$SLOTS $FORCE" run bc_bounds 2 "" broadcast -b 508K -e 516K -i 4K -r 1
   JOB_SETS=$FORCE run bc_bounds_1m 2 "" broadcast -b 1048572 -e 1048580 -i 4 -d int8 -r 1

@@ -26,7 +26,7 @@
  *
  * On registered memory (the root's send buffer, the others' receive buffers): every rank
  * copies straight from the root's send buffer; so do they, with process_vm_readv (single-copy
- * reads), for calls of more than 16 KiB up to 1 MiB where the kernel's copy was measured fast
+ * reads), for calls of more than 4 KiB up to 1 MiB where the kernel's copy was measured fast
  * enough (below). There the root waits for every copy, since they read its buffer.
  */
 #include "algo/algos.h"
@@ -48,13 +48,17 @@
  * instead of the root's into its slot and theirs out of it. 2 ranks, medians of 6 alternating
  * launches (2026-12-06 evening, docs/sweep.md), read against staged, us: 32 KiB 2.5 - 4.3 alone
  * (-B 1), 2.5 - 2.7 back to back; 128 KiB 6.7 - 15.6 and 6.6 - 9.2; 512 KiB 23 - 59 and 24 - 43;
- * at 16 KiB 1.7 - 2.7 alone but 1.7 - 1.5 back to back. At 1 MiB the reads took 120 us in place
- * against the two-rank pipeline's 78-81 while the root slept through its wait for them; since
- * waits spin for about the call's predicted time (chorus__engine_spin_ns, core/progress.c)
- * they take 48-55 against 65-71 in place, 58-61 against 86-91 out of place (2026-12-07,
- * docs/compare.md run 23). At 2 MiB the two are level (165-170 us) and from 4 MiB the pipeline
- * leads (330-340 against 350-380). */
-#define SINGLE_COPY_MIN_BYTES (16u * 1024u)
+ * at 16 KiB 1.7 - 2.7 alone but 1.7 - 1.5 back to back, which kept calls up to 16 KiB staged
+ * until 2026-12-07, when the reads took 12-16 KiB from 1.42-1.74 us to 1.19-1.28 back to back
+ * and from 2.7-2.9 to 1.25-1.37 alone, 8 KiB from 2.03-2.09 to 1.11-1.19 alone (level back to
+ * back), 6 KiB from 1.69-1.70 to 1.04-1.09 alone (0.90-0.93 against 0.96-1.06 back to back);
+ * at 4 KiB the staged call stays ahead back to back (0.73-0.80 against 0.99-1.05). At 1 MiB
+ * the reads took 120 us in place against the two-rank pipeline's 78-81 while the root slept
+ * through its wait for them; since waits spin for about the call's predicted time
+ * (chorus__engine_spin_ns, core/progress.c) they take 48-55 against 65-71 in place, 58-61
+ * against 86-91 out of place (2026-12-07, docs/compare.md run 23). At 2 MiB the two are level
+ * (165-170 us) and from 4 MiB the pipeline leads (330-340 against 350-380). */
+#define SINGLE_COPY_MIN_BYTES (4u * 1024u)
 #define SINGLE_COPY_MAX_BYTES (1024u * 1024u)
 
 static int single_copy_pays(const chorus_task_t* t, size_t bytes) {
@@ -202,7 +206,7 @@ const chorus_algo_t chorus__algo_shm_broadcast = {
     .name = "shm",
     .desc = "same-host memory semantics: the root stages each chunk once, every rank copies it out in parallel "
             "(up to 64 bytes in the root's LL lines; up to 512 KiB staged whole, the root returning once the others "
-            "entered; two ranks above: a pipeline of chunks; more than 16 KiB up to 1 MiB read straight from the "
+            "entered; two ranks above: a pipeline of chunks; more than 4 KiB up to 1 MiB read straight from the "
             "root's buffer where the kernel's copy is fast)",
     .coll = CH_COLL_BROADCAST,
     .supported = supported,
