@@ -23,6 +23,7 @@ COLLECTIVES = {
     "allgather": (False, True, "n-1"),
     "broadcast": (False, False, "one"),
     "alltoall": (False, True, "n-1"),
+    "reduce": (True, False, "one"),
 }
 DTYPES = ("float32", "float64", "int32")
 
@@ -132,6 +133,8 @@ class Bench:
             return lambda: d.all_reduce(recv)  # in place: recv holds the input
         if coll == "broadcast":
             return lambda: d.broadcast(recv, src=0)
+        if coll == "reduce":
+            return lambda: d.reduce(recv, dst=0)  # in place: recv holds the input
         if coll == "reduce_scatter":
             blocks = list(send.chunk(self.nranks))
             return lambda: d.reduce_scatter(recv, blocks)
@@ -168,7 +171,7 @@ class Bench:
         p, me = self.pattern, self.rank
         recv.view(self.torch.uint8).fill_(SENTINEL_BYTE)
         send.copy_(p.region(p.inputs[me], send.numel()))
-        if coll == "allreduce":
+        if coll in ("allreduce", "reduce"):
             recv.copy_(send)
         elif coll == "broadcast" and me == 0:
             recv.copy_(p.region(p.inputs[0], recv.numel()))
@@ -177,6 +180,8 @@ class Bench:
         t, p, me, n = self.torch, self.pattern, self.rank, self.nranks
         if coll == "allreduce":
             want = p.region(p.summed, count)
+        elif coll == "reduce":  # only the root's buffer is defined afterwards
+            return count_wrong(t, recv, p.region(p.summed, count)) if me == 0 else 0
         elif coll == "reduce_scatter":
             want = p.region(p.summed, count, me * count)
         elif coll == "broadcast":
@@ -249,7 +254,8 @@ class Bench:
         if coll == "allgather":
             return "all_gather_into_tensor" if self.allgather_into_tensor else "all_gather into views"
         forms = {"allreduce": "all_reduce (in place)", "broadcast": "broadcast (in place)",
-                 "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all_single"}
+                 "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all_single",
+                 "reduce": "reduce (in place)"}
         return forms[coll]
 
     def print_header(self, coll):
@@ -257,7 +263,7 @@ class Bench:
         print("#\n# collective: %s" % coll)
         print("# nranks %d | dtype %s | op %s | root 0 | iters %d | warmup %d | check %d | %s | blocking"
               % (self.nranks, a.d, "sum" if COLLECTIVES[coll][0] else "none", a.n, a.w, a.c,
-                 "in place" if coll in ("allreduce", "broadcast") else "out of place"))
+                 "in place" if coll in ("allreduce", "broadcast", "reduce") else "out of place"))
         print("# host %s | torch %s gloo | call %s | algo gloo\n#" % (
             socket.gethostname(), self.torch.__version__, self.call_form(coll)))
         print("#%12s %12s %9s %6s %10s %10s %12s %12s %7s" % (

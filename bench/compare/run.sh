@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BUILD_DIR=${CHORUS_COMPARE_BUILD_DIR:-$REPO/build-compare}
 PYTHON=/usr/bin/python3
-ALL_COLLS="allreduce reduce_scatter allgather broadcast alltoall"
+ALL_COLLS="allreduce reduce_scatter allgather broadcast alltoall reduce"
 ALL_LIBS="chorus chorus_reg openmpi mpich gloo"
 DEFAULT_LIBS="chorus openmpi mpich gloo"
 

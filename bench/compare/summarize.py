@@ -15,7 +15,7 @@ LIBS = ("chorus", "chorus_reg", "openmpi", "mpich", "gloo")
 LIB_NAMES = {"chorus": "Chorus", "chorus_reg": "Chorus, registered buffers", "openmpi": "Open MPI",
              "mpich": "MPICH", "gloo": "Gloo"}
 MPIS = ("openmpi", "mpich")
-COLLS = ("allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall")
+COLLS = ("allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "reduce")
 LATENCY_SIZES = (8, 1 << 10, 64 << 10)
 BANDWIDTH_SIZES = (1 << 20, 16 << 20, 256 << 20)
 PLACEHOLDER_SKIPS = {("gloo", "reduce_scatter")}  # torch 1.13's gloo lacks it
