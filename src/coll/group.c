@@ -135,8 +135,6 @@ static void fused_unpack(const fused_t* f, const chorus_task_t* t) {
  * still in cache when it runs. */
 static void fused_start(chorus_task_t* t) {
   fused_t* f = t->on_done_arg;
-  /* The members are waited on, and they wait as long as the fused operation does. */
-  for (size_t i = 0; i < f->n; i++) f->members[i]->task.predicted_us = t->predicted_us;
   if (t->algo->takes_segments && t->segs) return; /* it reads the members where they are */
   size_t es = t->dtype_size, off = 0;
   for (size_t i = 0; i < f->n; i++) {
@@ -231,6 +229,9 @@ static void post_fused(chorus_comm_t* comm, chorus_req_t* const* reqs, size_t n,
   fused->user_released = 1; /* the engine frees it when it ends */
   for (size_t i = 0; i < n; i++) chorus__engine_attach(comm, reqs[i]);
   chorus_status_t st = chorus__coll_post(comm, &fused->task);
+  /* Its selection is made: the members' waits spin as long as its own would (progress.c). It
+   * cannot have ended yet, since the engine runs only under comm->mu, which this thread holds. */
+  for (size_t i = 0; st >= 0 && i < n; i++) reqs[i]->task.predicted_us = fused->task.predicted_us;
   if (st < 0) { /* never queued: its members end here */
     for (size_t i = 0; i < n; i++) chorus__engine_complete(comm, reqs[i], st);
     chorus__scratch_give(comm, pack);

@@ -35,4 +35,11 @@ static inline void chorus__prefetch_for_write(const void* p) {
 #endif
 }
 
+/* The same for every line of [p, p + n): a copy that walks lines a peer holds waits for one
+ * upgrade after another, where lines asked for at once come back with their misses overlapped
+ * (the same-host slots and rings, LL buffers). */
+static inline void chorus__prefetch_range_for_write(const void* p, size_t n) {
+  for (size_t at = 0; at < n; at += 64) chorus__prefetch_for_write((const char*)p + at);
+}
+
 #endif /* CHORUS_CACHE_H */

@@ -206,19 +206,13 @@ void chorus__shm_detach(chorus_shm_seg_t* seg) {
 
 /* Head and tail are sequentially consistent: see chorus__shm_bell_ring. */
 
-/* Writes of at most this many bytes into a ring ask for its lines first (claim_lines). */
-#define RING_CLAIM_MAX_BYTES (16u * 1024u)
-
-/* Asks for the lines of ring bytes [pos, pos + n) and [0, wrapped) in the exclusive state before
- * a write: the reader read them the last time round, so each is shared with its cache, and a
- * copy that walks them in order waits for one upgrade after another (as the slots' copies do:
+/* A write of at most this many bytes asks for the ring's lines first: the reader read them the
+ * last time round, so each is shared with its cache (core/cache.h, as the slots' copies do:
  * algo/shm/shm.h, chorus__shm_stage_copy). Alternating launches, medians of 5 (2026-12-07):
  * sendrecv of 4 KiB 0.95x the time on 2 ranks, of 256 B - 4 KiB 0.91-0.95x on 4 (2 cores); the
  * 4 KiB ring allreduce 0.90x; other sizes up to 64 KiB within 3% either way. */
-static void claim_lines(char* data, size_t pos, size_t n, size_t wrapped) {
-  for (size_t o = 0; o < n; o += 64) chorus__prefetch_for_write(data + pos + o);
-  for (size_t o = 0; o < wrapped; o += 64) chorus__prefetch_for_write(data + o);
-}
+#define RING_CLAIM_MAX_BYTES (16u * 1024u)
+
 
 size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const struct iovec* iov, int niov) {
   uint64_t head = r->head; /* only this side writes head */
@@ -229,7 +223,10 @@ size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const str
     size_t len = iov[i].iov_len < space ? iov[i].iov_len : space;
     size_t pos = (size_t)(head % ring_bytes);
     size_t first = len < ring_bytes - pos ? len : ring_bytes - pos;
-    if (len <= RING_CLAIM_MAX_BYTES) claim_lines(r->data, pos, first, len - first);
+    if (len <= RING_CLAIM_MAX_BYTES) {
+      chorus__prefetch_range_for_write(r->data + pos, first);
+      chorus__prefetch_range_for_write(r->data, len - first);
+    }
     memcpy(r->data + pos, src, first);
     if (len > first) memcpy(r->data, src + first, len - first);
     head += len;

@@ -49,7 +49,7 @@ static inline void chorus__ll_write(chorus_task_t* t, uint64_t id, const void* p
   size_t lines = chorus__ll_lines(bytes);
   /* Peers hold these lines from the last use: ask for all of them at once, or each store
    * waits for its own line in turn. */
-  for (size_t l = 0; l < lines; l++) chorus__prefetch_for_write(words + 8 * l);
+  chorus__prefetch_range_for_write(words, lines * 8 * sizeof(*words));
   words[0] = chorus__ll_signature(t);
   const unsigned char* src = payload;
   for (size_t done = 0, l = 0; l < lines; l++) {
@@ -144,7 +144,7 @@ static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size
  * does not stall on them. A prefetch: it changes only how soon the lines are here. */
 static inline void chorus__ll_reclaim(chorus_task_t* t, uint64_t id, size_t bytes) {
   uint64_t* words = chorus__conn_shm_ll(t, t->rank, (int)((id + 1) & 1));
-  for (size_t l = 0, lines = chorus__ll_lines(bytes); l < lines; l++) chorus__prefetch_for_write(words + 8 * l);
+  chorus__prefetch_range_for_write(words, chorus__ll_lines(bytes) * 8 * sizeof(*words));
 }
 
 /* The end of an exchange of `bytes` per rank. */

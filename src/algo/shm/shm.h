@@ -70,12 +70,11 @@ static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, con
 /* Copies n bytes into this rank's slot or place (never overlapping src). The peers read those
  * lines the last time the slot served, so each is shared with their caches and a copy that
  * walks them in order waits for one upgrade after the other; a small copy asks for them all at
- * once first (chorus__prefetch_for_write), so that the misses overlap. 2 ranks, 4 KiB
+ * once first (chorus__prefetch_range_for_write), so that the misses overlap. 2 ranks, 4 KiB
  * allgathers (2 KiB blocks through the slots), alternating launches: 1.18-1.21 us a call
  * against 0.96-1.01 (2026-12-07). */
 static inline void chorus__shm_stage_copy(void* slot, const void* src, size_t n) {
-  if (n <= CHORUS_SHM_CLAIM_MAX_BYTES)
-    for (size_t i = 0; i < n; i += 64) chorus__prefetch_for_write((char*)slot + i);
+  if (n <= CHORUS_SHM_CLAIM_MAX_BYTES) chorus__prefetch_range_for_write(slot, n);
   memcpy(slot, src, n);
 }
 
