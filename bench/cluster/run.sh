@@ -16,8 +16,8 @@
 #   --rows "..."      rows, of: auto and auto_rr (the automatic choice, ranks numbered by host and
 #                     round robin), ompi and ompi_best (Open MPI's default and its fastest forced
 #                     algorithm), gloo (torch.distributed's
-#                     gloo backend; allreduce, broadcast, allgather and alltoall only: torch 1.13's
-#                     gloo has no reduce_scatter), a Chorus algorithm forced by name (hier, ring, binomial, ...;
+#                     gloo backend; allreduce, broadcast, allgather, alltoall and reduce only:
+#                     torch 1.13's gloo has no reduce_scatter), a Chorus algorithm forced by name (hier, ring, binomial, ...;
 #                     NAME_rr: numbered round robin), and for allreduce the compressed rows
 #                     (automatic selection with CHORUS_COMPRESSION set, not checked: lossy):
 #                     zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk (top-k 1%)
@@ -399,7 +399,7 @@ fi
 [ $have_mpi = 1 ] || { rows=${rows/ompi/}; echo "run.sh: no Open MPI: its rows skipped" >&2; }
 if [[ " $rows " == *" gloo "* ]]; then
   case $coll in
-    allreduce | broadcast | allgather | alltoall)
+    allreduce | broadcast | allgather | alltoall | reduce)
       /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
         { rows=${rows/gloo/}; echo "run.sh: no torch with gloo: its row skipped" >&2; } ;;
     *) rows=${rows/gloo/}; echo "run.sh: gloo_perf has no $coll: its row skipped" >&2 ;;
