@@ -34,7 +34,9 @@ static const step_t kSteps[] = {
  * chunk (a broadcast's root returns before they have: broadcast.c), in one chunk (LL lines, a
  * slot) and in a two-rank pipeline of several; calls of no elements, which take no id, before
  * one staged through a slot (a rank that published an id for nothing would let the others copy
- * its slot before it wrote it). */
+ * its slot before it wrote it); reduces whose other ranks leave before the root has read what
+ * they staged (LL lines, or on two ranks one chunk in a slot: reduce.c), followed by calls that
+ * write those lines and slots. */
 static const step_t kShortSteps[] = {
     {CH_COLL_BROADCAST, 5003}, {CH_COLL_ALLREDUCE, 8191},       {CH_COLL_BROADCAST, 7},
     {CH_COLL_ALLGATHER, 1025}, {CH_COLL_BROADCAST, 20011},      {CH_COLL_REDUCE_SCATTER, 4099},
@@ -42,6 +44,7 @@ static const step_t kShortSteps[] = {
     {CH_COLL_ALLREDUCE, 3},    {CH_COLL_BROADCAST, 16384},      {CH_COLL_REDUCE, 5003},
     {CH_COLL_ALLGATHER, 40009}, {CH_COLL_BROADCAST, 11},        {CH_COLL_ALLGATHER, 20011},
     {CH_COLL_ALLGATHER, 0},     {CH_COLL_ALLGATHER, 5003},      {CH_COLL_REDUCE_SCATTER, 0},
+    {CH_COLL_REDUCE, 3001},     {CH_COLL_BROADCAST, 20011},     {CH_COLL_REDUCE, 9},
 };
 
 typedef struct {
@@ -161,11 +164,12 @@ static size_t next_ll_size(size_t bytes) {
 static int ll_sizes_rank(chorus_comm_t* comm, int rank, void* arg) {
   int nranks = *(const int*)arg;
   static const chorus_coll_t kColls[] = {CH_COLL_ALLREDUCE, CH_COLL_ALLGATHER, CH_COLL_REDUCE_SCATTER,
-                                         CH_COLL_ALLTOALL, CH_COLL_BROADCAST};
+                                         CH_COLL_ALLTOALL, CH_COLL_BROADCAST, CH_COLL_REDUCE};
+  enum { NCOLLS = sizeof(kColls) / sizeof(kColls[0]) };
   static const chorus_dtype_t kTypes[] = {CHORUS_INT8, CHORUS_FLOAT16, CHORUS_UINT8};
   static const chorus_op_t kOps[] = {CHORUS_AVG, CHORUS_MAX, CHORUS_PROD};
   for (size_t bytes = 0; bytes <= 1100; bytes = next_ll_size(bytes))
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < NCOLLS; c++) {
       int blocked = kColls[c] == CH_COLL_REDUCE_SCATTER || kColls[c] == CH_COLL_ALLTOALL;
       int ti = (int)(bytes % 3);
       size_t esize = kTypes[ti] == CHORUS_FLOAT16 ? 2 : 1;

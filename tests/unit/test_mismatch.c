@@ -17,7 +17,11 @@ typedef struct {
              * that nobody sends, until the timeout); 8: as 3 with a payload in the low-latency
              * lines; 9: a broadcast whose payload goes in the root's low-latency lines on one
              * side and through its slot on the other; 10: small counts that take different
-             * numbers of low-latency lines (1 and 3; 8-10: shared memory only, like 7) */
+             * numbers of low-latency lines (1 and 3; 8-10: shared memory only, like 7); 11-13:
+             * reduces in the low-latency lines whose ranks each take the other for the root, both
+             * take themselves, or agree on the root but not on the count; 14: a two-rank reduce
+             * of one staged chunk whose counts differ (11-14: shared memory only, where the
+             * ranks other than the root leave once the root has entered) */
 } case_t;
 
 static int body(chorus_comm_t* c, int rank, void* arg) {
@@ -44,6 +48,10 @@ static int body(chorus_comm_t* c, int rank, void* arg) {
     case 8: st = chorus_broadcast(in, out, 4, CHORUS_FLOAT32, rank, c); break;
     case 9: st = chorus_broadcast(in, out, rank ? 1000 : 4, CHORUS_FLOAT32, 0, c); break;
     case 10: st = chorus_allreduce(in, out, rank ? 40 : 10, CHORUS_FLOAT32, CHORUS_SUM, c); break;
+    case 11: st = chorus_reduce(in, out, 4, CHORUS_FLOAT32, CHORUS_SUM, 1 - rank, c); break;
+    case 12: st = chorus_reduce(in, out, 4, CHORUS_FLOAT32, CHORUS_SUM, rank, c); break;
+    case 13: st = chorus_reduce(in, out, rank ? 6 : 4, CHORUS_FLOAT32, CHORUS_SUM, 0, c); break;
+    case 14: st = chorus_reduce(in, out, rank ? 1200 : 1000, CHORUS_FLOAT32, CHORUS_SUM, 1, c); break;
     default:
       /* Both ranks think they are the root: nobody receives anything. Shared memory catches it
        * in the call; over TCP the next call reads the other root's stale frame. */
@@ -65,7 +73,7 @@ static int body(chorus_comm_t* c, int rank, void* arg) {
 static void run_all_kinds(int shm) {
   chorus_config_t cfg = CHORUS_CONFIG_INIT;
   cfg.timeout_sec = 20;
-  for (int kind = 0; kind < (shm ? 11 : 7); kind++) {
+  for (int kind = 0; kind < (shm ? 15 : 7); kind++) {
     case_t k = {kind};
     test_set_context("kind %d", kind);
     ASSERT_EQ(run_ranks_cfg(2, &cfg, body, &k), 0);

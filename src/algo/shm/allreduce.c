@@ -150,7 +150,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, bytes = m * t->dtype_size;
   chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, bytes, 0, bytes);
   if (st != CHORUS_OK) return st;
-  chorus__ll_combine(t, s, 0, t->args.recvbuf, m);
+  chorus__ll_combine(t, s, 0, t->args.recvbuf, m, NULL);
   chorus__ll_done(t, s, bytes);
   return CHORUS_OK;
 }

@@ -123,16 +123,23 @@ static inline chorus_status_t chorus__ll_exchange(chorus_task_t* t, chorus_shm_o
 }
 
 /* Combines m elements at byte `off` of every rank's payload into dst, in rank order, as every
- * rank does, so that all get the same bits; avg divides. Only those bytes leave the lines. */
-static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size_t off, char* dst, size_t m) {
+ * rank does, so that all get the same bits; avg divides. Only those bytes leave the lines.
+ * own: this rank's payload where it wrote none in its lines (a reduce's root), else NULL; it
+ * may be dst (in place), so it is read before dst is written. */
+static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size_t off, char* dst, size_t m,
+                                      const void* own) {
   uint64_t id = chorus__shm_id(s);
   size_t n = m * t->dtype_size;
-  _Alignas(64) unsigned char a[CHORUS_SHM_LL_MAX_BYTES], b[CHORUS_SHM_LL_MAX_BYTES];
-  chorus__ll_read(t, 0, id, off, n, a);
-  chorus__ll_read(t, 1, id, off, n, b);
-  s->reduce(dst, a, b, m);
+  _Alignas(64) unsigned char in[2][CHORUS_SHM_LL_MAX_BYTES], mine[CHORUS_SHM_LL_MAX_BYTES];
+  if (own) memcpy(mine, (const unsigned char*)own + off, n);
+  for (int q = 0; q < 2; q++)
+    if (own && q == t->rank) memcpy(in[q], mine, n);
+    else chorus__ll_read(t, q, id, off, n, in[q]);
+  s->reduce(dst, in[0], in[1], m);
   for (int q = 2; q < t->nranks; q++) {
-    chorus__ll_read(t, q, id, off, n, b);
+    const unsigned char* b = in[1];
+    if (own && q == t->rank) b = mine;
+    else chorus__ll_read(t, q, id, off, n, in[1]);
     s->reduce(dst, dst, b, m);
   }
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);

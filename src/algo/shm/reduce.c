@@ -10,11 +10,49 @@
  * makes one pass over the data where the three phases make it copy in, combine half and copy
  * out (2 ranks, 16 MiB: 1.35x a point-to-point chain's time with three phases).
  *
+ * Calls of at most LL_MAX_BYTES (any number of ranks) travel in the LL lines of the ranks
+ * other than the root (ll.h), which the root combines in rank order with its own input.
+ *
+ * Ranks other than the root leave early, as an eager MPI send does, where what they staged
+ * lies under the slot rule of shm.h (LL lines, and a two-rank call of one chunk, staged in the
+ * slot of its id's parity): they return once the root has entered the call (its ARRIVED =
+ * the op's first id, published on entry), not once it has combined their data. Their next
+ * write to that slot or those lines waits for the root's DONE (the slot rule), so they run at
+ * most one call ahead, and waiting for the root's entry keeps the signature check in the call
+ * on both sides: two ranks that each take the other for the root see each other's signature
+ * there, where they would otherwise both return at once with nothing reduced (the root checks
+ * the others' signatures, and an LL payload's, as it reads them). Keeping them until the root
+ * had combined made a 2-rank 8-byte reduce a round trip: 0.14x Open MPI's speed, whose
+ * non-roots return at once (docs/compare.md, run 28). A two-rank pipeline's places run across
+ * both slots, outside the slot rule: its other rank still returns only once its last chunk is
+ * combined (shm.h, chorus__shm_pipe_places).
+ *
  * On registered memory: rank r reduces slice r from every send buffer straight into the root's
  * receive buffer.
  */
 #include "algo/algos.h"
+#include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
+
+/* Up to the LL buffers' whole 1 KiB: the root reads each payload once. */
+#define LL_MAX_BYTES ((size_t)CHORUS_SHM_LL_MAX_BYTES)
+
+static int uses_ll(const chorus_task_t* t, const chorus_shm_op_t* s) {
+  return s->nchunks == 1 && t->args.count * t->dtype_size <= LL_MAX_BYTES;
+}
+
+/* Two ranks stage calls of up to EAGER_MAX_BYTES whole, in one chunk, and the other rank leaves
+ * early (progress_two_eager); above, a pipeline of chunks (shm.h). 2 ranks, 2026-12-07, one
+ * chunk against the pipeline's two or four: back to back 32 KiB 4.0-4.3 -> 2.1 us, 64 KiB
+ * 5.9-6.5 -> 4.0-4.3; each call alone (chorus-perf -B 1) 32 KiB 4.3-4.6 -> 5.0, 64 KiB 6.4 ->
+ * 8.3-8.5, where the pipeline overlaps the other rank's copy with the root's combine. */
+#define EAGER_MAX_BYTES (32u * 1024u)
+
+static size_t chunk_elems(const chorus_task_t* t, size_t bytes) {
+  if (t->nranks == 2 && bytes <= EAGER_MAX_BYTES && bytes <= chorus__conn_shm_slot_bytes(t))
+    return t->args.count ? t->args.count : 1;
+  return chorus__shm_chunk_elems(t, bytes, t->nranks == 2);
+}
 
 static int supported(const chorus_task_t* t) {
   return chorus__conn_shm_avail(t) && chorus__algo_reduce_supported(t);
@@ -22,7 +60,9 @@ static int supported(const chorus_task_t* t) {
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t bytes = t->args.count * t->dtype_size;
-  if (t->nranks == 2) return chorus__shm_cost_us(cx, 1, chorus__shm_nchunks(t, bytes, 1), 2.0 * (double)bytes);
+  if (bytes <= LL_MAX_BYTES) return chorus__shm_cost_us(cx, 1, 1, (double)t->nranks * (double)bytes);
+  if (t->nranks == 2)
+    return chorus__shm_cost_us(cx, 1, chorus__div_up(t->args.count, chunk_elems(t, bytes)), 2.0 * (double)bytes);
   return chorus__shm_cost_us(cx, 3, chorus__shm_nchunks(t, bytes, 0), 3.0 * (double)bytes);
 }
 
@@ -32,7 +72,7 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t touched = root ? chorus__touched_bytes(t->args.sendbuf, bytes, t->args.recvbuf, bytes) : 0;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, root ? t->args.recvbuf : NULL, root ? bytes : 0))
     return chorus__shm_op_init(t, 1, 1, touched, 0);
-  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched, bytes);
+  return chorus__shm_op_init(t, t->args.count, chunk_elems(t, bytes), touched, bytes);
 }
 
 static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -45,11 +85,88 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
-/* Two ranks: the other rank stages each chunk in the places of its slots (shm.h's two-rank
- * pipeline; ARRIVED = id, and DONE = id as it reads nothing); the root combines rank 0's input
- * and rank 1's, in that order, into its receive buffer and publishes DONE = id, which frees
- * the chunk's place. */
+/* The root's entry into the call: ARRIVED = the op's first id (see the top of the file). */
+static void root_announce_entry(chorus_task_t* t, chorus_shm_op_t* s) {
+  if (s->k != 0 || s->stage != 0) return;
+  chorus__conn_shm_publish(t, SHM_ARRIVED, s->base + 1);
+  chorus__shm_advance(t, s, 1);
+}
+
+/* A non-root's last wait: the root has entered the call, its signature checked against this
+ * rank's (chorus__shm_reached). */
+static chorus_status_t wait_root_entry(chorus_task_t* t, chorus_shm_op_t* s) {
+  chorus_status_t st = CHORUS_OK;
+  CHORUS_SHM_WAIT(chorus__shm_reached(t, s, t->args.root, SHM_ARRIVED, s->base + 1, &st), st);
+  s->k = s->nchunks;
+  return CHORUS_OK;
+}
+
+/* A non-root of an eager call has put its input where the root reads it: ARRIVED = id, and
+ * DONE = id as it reads nothing. */
+static void publish_staged(chorus_task_t* t, chorus_shm_op_t* s) {
+  uint64_t id = chorus__shm_id(s);
+  chorus__conn_shm_publish(t, SHM_ARRIVED, id);
+  chorus__conn_shm_publish(t, SHM_DONE, id);
+  chorus__shm_advance(t, s, 2);
+}
+
+/* LL: the others write their input in their lines and leave once the root has entered; the
+ * root combines every input, its own from its send buffer. Having seen every peer's lines of
+ * this id, the root may take the LL shortcut of ll.h next time; the others saw no lines. */
+static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
+  uint64_t id = chorus__shm_id(s), *last = chorus__conn_shm_ll_last(t);
+  size_t m = t->args.count, bytes = m * t->dtype_size;
+  chorus_status_t st = CHORUS_OK;
+  if (t->rank != t->args.root) {
+    if (s->stage == 0) {
+      if (*last + 1 != id) CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      chorus__ll_write(t, id, t->args.sendbuf, bytes);
+      publish_staged(t, s);
+    }
+    return wait_root_entry(t, s);
+  }
+  root_announce_entry(t, s);
+  for (; t->step < (size_t)t->nranks; t->step++)
+    if ((int)t->step != t->rank) CHORUS_SHM_WAIT(chorus__ll_arrived(t, (int)t->step, id, 0, bytes, &st), st);
+  chorus__ll_combine(t, s, 0, t->args.recvbuf, m, t->args.sendbuf);
+  chorus__conn_shm_publish(t, SHM_DONE, id);
+  *last = id;
+  s->k = s->nchunks;
+  return CHORUS_OK;
+}
+
+/* Two ranks, one chunk: the other rank stages it in its slot of the id's parity and leaves
+ * once the root has entered; the root combines rank 0's input and rank 1's, in that order,
+ * into its receive buffer. */
+static chorus_status_t progress_two_eager(chorus_task_t* t, chorus_shm_op_t* s) {
+  uint64_t id = chorus__shm_id(s);
+  size_t m = t->args.count, es = t->dtype_size;
+  int peer = 1 - t->rank;
+  chorus_status_t st = CHORUS_OK;
+  if (t->rank != t->args.root) {
+    if (s->stage == 0) {
+      CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      chorus__shm_stage_copy(chorus__shm_op_slot(t, s, t->rank, (int)(id & 1)), t->args.sendbuf, m * es);
+      publish_staged(t, s);
+    }
+    return wait_root_entry(t, s);
+  }
+  root_announce_entry(t, s);
+  CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_ARRIVED, id, &st), st);
+  const char* mine = t->args.sendbuf;
+  const char* theirs = chorus__shm_op_slot(t, s, peer, (int)(id & 1));
+  chorus__shm_combine_two(t, s, t->args.recvbuf, t->rank == 0 ? mine : theirs, t->rank == 0 ? theirs : mine, m);
+  chorus__conn_shm_publish(t, SHM_DONE, id);
+  s->k = s->nchunks;
+  return CHORUS_OK;
+}
+
+/* Two ranks, several chunks: the other rank stages each chunk in the places of its slots
+ * (shm.h's two-rank pipeline; ARRIVED = id, and DONE = id as it reads nothing); the root
+ * combines rank 0's input and rank 1's, in that order, into its receive buffer and publishes
+ * DONE = id, which frees the chunk's place. */
 static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
+  if (s->nchunks == 1) return progress_two_eager(t, s);
   size_t es = t->dtype_size;
   int root = t->rank == t->args.root, peer = 1 - t->rank;
   chorus_status_t st = CHORUS_OK;
@@ -71,16 +188,17 @@ static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
     s->k++;
     chorus__shm_advance(t, s, 0);
   }
-  /* The other rank returns once the root has combined its last chunk: one flag wait, during
-   * which the signature check catches a rank that runs another call (two ranks that both take
-   * the other for the root would otherwise both return at once, nothing reduced). */
-  if (!root && s->nchunks) CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_DONE, s->base + s->nchunks, &st), st);
+  /* The other rank returns once the root has combined its last chunk, so that the operations
+   * after it find the places free (see the top of the file). */
+  if (!root) CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_DONE, s->base + s->nchunks, &st), st);
   return CHORUS_OK;
 }
 
 static chorus_status_t progress(chorus_task_t* t) {
   if (t->variant) return chorus__shm_zc_progress(t, zero_copy);
   chorus_shm_op_t* s = t->state;
+  if (s->nchunks == 0) return CHORUS_OK;
+  if (uses_ll(t, s)) return progress_ll(t, s);
   if (t->nranks == 2) return progress_two(t, s);
   size_t es = t->dtype_size;
   chorus_status_t st = CHORUS_OK;

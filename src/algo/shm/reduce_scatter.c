@@ -80,7 +80,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t m = t->args.count, block = m * t->dtype_size, all = block * (size_t)t->nranks, mine = (size_t)t->rank * block;
   chorus_status_t st = chorus__ll_exchange(t, s, t->args.sendbuf, all, mine, block);
   if (st != CHORUS_OK) return st;
-  chorus__ll_combine(t, s, mine, t->args.recvbuf, m);
+  chorus__ll_combine(t, s, mine, t->args.recvbuf, m, NULL);
   chorus__ll_done(t, s, all);
   return CHORUS_OK;
 }
