@@ -403,6 +403,8 @@ uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int local, int which) {
 
 uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t) { return &tp_of(t)->shm_ll_last; }
 
+chorus_shm_slots_use_t* chorus__conn_shm_slots_use(const chorus_task_t* t) { return &tp_of(t)->shm_slots_use; }
+
 /* ---- zero-copy on registered memory ---- */
 
 int chorus__conn_zc_eligible(chorus_task_t* t, const void* send, size_t send_bytes, const void* recv,

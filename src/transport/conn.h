@@ -112,6 +112,8 @@ chorus_status_t chorus__conn_shm_mismatch(chorus_task_t* t, int local);
  * operation this rank completed (read and written by the LL algorithms). */
 uint64_t* chorus__conn_shm_ll(const chorus_task_t* t, int local, int which);
 uint64_t* chorus__conn_shm_ll_last(const chorus_task_t* t);
+/* How this rank last wrote its slots (read and written by algo/shm/shm.h). */
+chorus_shm_slots_use_t* chorus__conn_shm_slots_use(const chorus_task_t* t);
 /* Publishes flag f = value for this rank (release) and signals. */
 void chorus__conn_shm_publish(chorus_task_t* t, int f, uint64_t value);
 /* Zero-copy: 1 when this rank's buffers for the task (NULL/0 for one it does not use) lie in

@@ -63,6 +63,15 @@ typedef struct {
   uint64_t ll[2][CHORUS_SHM_LL_WORDS]; /* by operation id parity */
 } chorus_shm_ctl_t;
 
+/* How a rank last wrote its own slots, for the rules of algo/shm/shm.h: as places of
+ * place_bytes each (0: as two halves, by id parity), and the last id whose place local rank
+ * `reader` may still have to read (0: none). */
+typedef struct {
+  size_t place_bytes;
+  uint64_t unread_until;
+  int reader;
+} chorus_shm_slots_use_t;
+
 /* 2^24 ns (16.8 ms): coarse enough that a spinning engine writes the heartbeat rarely, fine
  * enough for a verdict in tenths of a second. */
 #define CHORUS_SHM_BEAT_SHIFT 24

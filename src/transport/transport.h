@@ -122,6 +122,7 @@ typedef struct chorus_transport {
   int shm_all_local;           /* every rank of the communicator maps the segment */
   uint64_t shm_epoch;          /* phases of memory-semantics collectives run so far */
   uint64_t shm_ll_last;        /* id of the last LL operation this rank completed */
+  chorus_shm_slots_use_t shm_slots_use; /* how this rank last wrote its slots (algo/shm/shm.h) */
   chorus_window_t* windows;    /* registered memory (chorus_mem_alloc) */
   uint64_t windows_made;       /* windows ever made: the next window's index */
   chorus_rank_status_t* status; /* per rank: what status frames said about it */

@@ -35,8 +35,8 @@ static const step_t kSteps[] = {
  * slot) and in a two-rank pipeline of several; calls of no elements, which take no id, before
  * one staged through a slot (a rank that published an id for nothing would let the others copy
  * its slot before it wrote it); reduces whose other ranks leave before the root has read what
- * they staged (LL lines, or on two ranks one chunk in a slot: reduce.c), followed by calls that
- * write those lines and slots. */
+ * they staged (LL lines, on two ranks one chunk in a slot or a pipeline's places: reduce.c),
+ * followed by calls that write those lines, slots and places. */
 static const step_t kShortSteps[] = {
     {CH_COLL_BROADCAST, 5003}, {CH_COLL_ALLREDUCE, 8191},       {CH_COLL_BROADCAST, 7},
     {CH_COLL_ALLGATHER, 1025}, {CH_COLL_BROADCAST, 20011},      {CH_COLL_REDUCE_SCATTER, 4099},
@@ -45,6 +45,8 @@ static const step_t kShortSteps[] = {
     {CH_COLL_ALLGATHER, 40009}, {CH_COLL_BROADCAST, 11},        {CH_COLL_ALLGATHER, 20011},
     {CH_COLL_ALLGATHER, 0},     {CH_COLL_ALLGATHER, 5003},      {CH_COLL_REDUCE_SCATTER, 0},
     {CH_COLL_REDUCE, 3001},     {CH_COLL_BROADCAST, 20011},     {CH_COLL_REDUCE, 9},
+    {CH_COLL_REDUCE, 20011},    {CH_COLL_REDUCE, 30011},        {CH_COLL_ALLREDUCE, 8191},
+    {CH_COLL_REDUCE, 40009},    {CH_COLL_REDUCE, 40009},        {CH_COLL_REDUCE, 40009},
 };
 
 typedef struct {
@@ -145,6 +147,24 @@ static void run_short(int nranks) {
 }
 
 TEST_EX(short_two_ranks, 120, "quick") { run_short(2); }
+
+/* Two-rank reduces of several chunks (a pipeline through the places of the other rank's
+ * slots), each followed at once by a call that writes the slots by halves, or by another
+ * such reduce: the other rank leaves the reduce before the root has read its last places
+ * (reduce.c), and its next write must wait for them (shm.h), whoever is root. */
+static const step_t kPipeSteps[] = {
+    {CH_COLL_REDUCE, 40009}, {CH_COLL_ALLREDUCE, 16001},      {CH_COLL_REDUCE, 40009},
+    {CH_COLL_REDUCE, 40009}, {CH_COLL_ALLGATHER, 4097},       {CH_COLL_REDUCE, 30011},
+    {CH_COLL_REDUCE, 40009}, {CH_COLL_REDUCE_SCATTER, 20011}, {CH_COLL_BROADCAST, 12007},
+};
+static const plan_t kPipe = {kPipeSteps, sizeof(kPipeSteps) / sizeof(kPipeSteps[0]), 300, 0};
+_Static_assert(sizeof(kPipeSteps) / sizeof(kPipeSteps[0]) % 3 == 0, "the posted loop covers every step");
+
+TEST_EX(reduce_pipelines_two_ranks, 120, "quick") {
+  setenv("CHORUS_SHM_SINGLE_COPY", "0", 1);
+  run_both(&kPipe, 2, "65536");
+  unsetenv("CHORUS_SHM_SINGLE_COPY");
+}
 TEST_EX(short_three_ranks, 120, "quick") { run_short(3); }
 
 /* Payload sizes from 0 to past the LL limits (transport/shm.h: 56 data bytes per line, the

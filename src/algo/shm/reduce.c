@@ -13,19 +13,22 @@
  * Calls of at most LL_MAX_BYTES (any number of ranks) travel in the LL lines of the ranks
  * other than the root (ll.h), which the root combines in rank order with its own input.
  *
- * Ranks other than the root leave early, as an eager MPI send does, where what they staged
- * lies under the slot rule of shm.h (LL lines, and a two-rank call of one chunk, staged in the
- * slot of its id's parity): they return once the root has entered the call (its ARRIVED =
- * the op's first id, published on entry), not once it has combined their data. Their next
- * write to that slot or those lines waits for the root's DONE (the slot rule), so they run at
- * most one call ahead, and waiting for the root's entry keeps the signature check in the call
- * on both sides: two ranks that each take the other for the root see each other's signature
- * there, where they would otherwise both return at once with nothing reduced (the root checks
- * the others' signatures, and an LL payload's, as it reads them). Keeping them until the root
- * had combined made a 2-rank 8-byte reduce a round trip: 0.14x Open MPI's speed, whose
- * non-roots return at once (docs/compare.md, run 28). A two-rank pipeline's places run across
- * both slots, outside the slot rule: its other rank still returns only once its last chunk is
- * combined (shm.h, chorus__shm_pipe_places).
+ * Ranks other than the root leave early, as an eager MPI send does: they return once the root
+ * has entered the call (its ARRIVED = the op's first id, published on entry), not once it has
+ * combined their data. What they staged stays until the root's DONE: LL lines and a two-rank
+ * call of one chunk (in the slot of its id's parity) under the slot rule of shm.h; a two-rank
+ * pipeline's places under the places' rule, the rest of the writes waiting for the places
+ * left unread (shm.h, chorus_shm_slots_use_t). Waiting for the root's entry keeps them at most
+ * a call ahead and the signature check in the call on both sides: two ranks that each take
+ * the other for the root see each other's signature there, where they would otherwise both
+ * return at once with nothing reduced (the root checks the others' signatures, and an LL
+ * payload's, as it reads them). Keeping them until the root had combined made a 2-rank 8-byte
+ * reduce a round trip: 0.14x Open MPI's speed, whose non-roots return at once
+ * (docs/compare.md, run 28). 2 ranks, 2026-12-07, back to back, before and after: 8 B
+ * 0.61-0.62 -> 0.37-0.41 us, 2 KiB 0.91-0.94 -> 0.62-0.68, 16 KiB 2.66 -> 1.7-1.9, 64 KiB 5.9
+ * -> 3.9-4.0, 256 KiB 17.1 -> 15.0; 1 MiB and each call alone (chorus-perf -B 1) level. 4
+ * ranks on 2 cores, 8-128 B 2.6-3.2 -> 1.5-1.7 us. Returning without the root's entry would
+ * take the 8 B call to 0.22 us (measured), with a mismatched root found only in a later call.
  *
  * On registered memory: rank r reduces slice r from every send buffer straight into the root's
  * receive buffer.
@@ -41,19 +44,6 @@ static int uses_ll(const chorus_task_t* t, const chorus_shm_op_t* s) {
   return s->nchunks == 1 && t->args.count * t->dtype_size <= LL_MAX_BYTES;
 }
 
-/* Two ranks stage calls of up to EAGER_MAX_BYTES whole, in one chunk, and the other rank leaves
- * early (progress_two_eager); above, a pipeline of chunks (shm.h). 2 ranks, 2026-12-07, one
- * chunk against the pipeline's two or four: back to back 32 KiB 4.0-4.3 -> 2.1 us, 64 KiB
- * 5.9-6.5 -> 4.0-4.3; each call alone (chorus-perf -B 1) 32 KiB 4.3-4.6 -> 5.0, 64 KiB 6.4 ->
- * 8.3-8.5, where the pipeline overlaps the other rank's copy with the root's combine. */
-#define EAGER_MAX_BYTES (32u * 1024u)
-
-static size_t chunk_elems(const chorus_task_t* t, size_t bytes) {
-  if (t->nranks == 2 && bytes <= EAGER_MAX_BYTES && bytes <= chorus__conn_shm_slot_bytes(t))
-    return t->args.count ? t->args.count : 1;
-  return chorus__shm_chunk_elems(t, bytes, t->nranks == 2);
-}
-
 static int supported(const chorus_task_t* t) {
   return chorus__conn_shm_avail(t) && chorus__algo_reduce_supported(t);
 }
@@ -61,8 +51,7 @@ static int supported(const chorus_task_t* t) {
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t bytes = t->args.count * t->dtype_size;
   if (bytes <= LL_MAX_BYTES) return chorus__shm_cost_us(cx, 1, 1, (double)t->nranks * (double)bytes);
-  if (t->nranks == 2)
-    return chorus__shm_cost_us(cx, 1, chorus__div_up(t->args.count, chunk_elems(t, bytes)), 2.0 * (double)bytes);
+  if (t->nranks == 2) return chorus__shm_cost_us(cx, 1, chorus__shm_nchunks(t, bytes, 1), 2.0 * (double)bytes);
   return chorus__shm_cost_us(cx, 3, chorus__shm_nchunks(t, bytes, 0), 3.0 * (double)bytes);
 }
 
@@ -72,7 +61,7 @@ static chorus_status_t init(chorus_task_t* t) {
   size_t touched = root ? chorus__touched_bytes(t->args.sendbuf, bytes, t->args.recvbuf, bytes) : 0;
   if (chorus__conn_zc_eligible(t, t->args.sendbuf, bytes, root ? t->args.recvbuf : NULL, root ? bytes : 0))
     return chorus__shm_op_init(t, 1, 1, touched, 0);
-  return chorus__shm_op_init(t, t->args.count, chunk_elems(t, bytes), touched, bytes);
+  return chorus__shm_op_init(t, t->args.count, chorus__shm_chunk_elems(t, bytes, t->nranks == 2), touched, bytes);
 }
 
 static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -162,14 +151,16 @@ static chorus_status_t progress_two_eager(chorus_task_t* t, chorus_shm_op_t* s) 
 }
 
 /* Two ranks, several chunks: the other rank stages each chunk in the places of its slots
- * (shm.h's two-rank pipeline; ARRIVED = id, and DONE = id as it reads nothing); the root
- * combines rank 0's input and rank 1's, in that order, into its receive buffer and publishes
- * DONE = id, which frees the chunk's place. */
+ * (shm.h's two-rank pipeline; ARRIVED = id, and DONE = id as it reads nothing) and leaves once
+ * the root has entered, leaving word of what the root may still read (unread_until: shm.h);
+ * the root combines rank 0's input and rank 1's, in that order, into its receive buffer and
+ * publishes DONE = id, which frees the chunk's place. */
 static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
   if (s->nchunks == 1) return progress_two_eager(t, s);
   size_t es = t->dtype_size;
   int root = t->rank == t->args.root, peer = 1 - t->rank;
   chorus_status_t st = CHORUS_OK;
+  if (root) root_announce_entry(t, s);
   while (s->k < s->nchunks) {
     uint64_t id = chorus__shm_id(s);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);
@@ -188,10 +179,11 @@ static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
     s->k++;
     chorus__shm_advance(t, s, 0);
   }
-  /* The other rank returns once the root has combined its last chunk, so that the operations
-   * after it find the places free (see the top of the file). */
-  if (!root) CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_DONE, s->base + s->nchunks, &st), st);
-  return CHORUS_OK;
+  if (root) return CHORUS_OK;
+  chorus_shm_slots_use_t* use = chorus__conn_shm_slots_use(t);
+  use->unread_until = s->base + s->nchunks;
+  use->reader = peer;
+  return wait_root_entry(t, s);
 }
 
 static chorus_status_t progress(chorus_task_t* t) {

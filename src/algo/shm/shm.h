@@ -52,9 +52,17 @@ static inline int chorus__shm_reached(chorus_task_t* t, const chorus_shm_op_t* s
   return r == s->me || chorus__conn_shm_reached(t, r, f, want, st);
 }
 
-/* Whether the slot for the current chunk may be written: no rank still reads its last use. */
+/* Whether the slot for the current chunk may be written: no rank still reads its last use, nor
+ * a place that a two-rank pipeline's writer left unread (chorus__shm_place_free). From here on
+ * the slots serve as two halves. (LL writes pass here too: they only wait longer.) */
 static inline int chorus__shm_slot_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
   uint64_t id = chorus__shm_id(s);
+  chorus_shm_slots_use_t* use = chorus__conn_shm_slots_use(t);
+  if (use->unread_until) {
+    if (!chorus__shm_reached(t, s, use->reader, SHM_DONE, use->unread_until, st)) return 0;
+    use->unread_until = 0;
+  }
+  use->place_bytes = 0;
   return id <= 2 || chorus__shm_all_reached(t, s, SHM_DONE, id - 2, st);
 }
 
@@ -141,8 +149,13 @@ static inline size_t chorus__shm_chunk_elems(const chorus_task_t* t, size_t byte
  * the other core holds costs an invalidation each, and with every call at place 0, 16-64 KiB
  * broadcasts took 1.1-1.3x a message's time (now 0.9-1.07x). Chunk k may be written once every
  * rank has read chunk k - D of the op (the same place) and every chunk of the operations before
- * it (DONE >= base): those may have used the slots as two halves. The writer returns only once
- * its last chunk is read, so that the operations after it find the places free. */
+ * it (DONE >= base): those may have used the slots as two halves, or as places of another size;
+ * where this rank's writes since its last write by halves were all places of this size, the
+ * rule of chunk k - D holds across operations too (chorus_shm_slots_use_t), so that a writer
+ * of calls back to back need not wait for the reader's end of the call before. A writer
+ * returns only once its last chunk is read, so that the operations after it find the places
+ * free, or records what is still unread (unread_until), which the next write by halves waits
+ * for (the two-rank reduce's other rank: reduce.c). */
 static inline size_t chorus__shm_pipe_places(const chorus_task_t* t, const chorus_shm_op_t* s) {
   size_t places = 2 * chorus__conn_shm_slot_bytes(t) / (s->chunk_elems * t->dtype_size);
   return places ? places : 1;
@@ -160,9 +173,14 @@ static inline char* chorus__shm_pipe_place(const chorus_task_t* t, const chorus_
 
 /* Whether chunk k of op s may be written to its place (the rule above). */
 static inline int chorus__shm_place_free(chorus_task_t* t, const chorus_shm_op_t* s, size_t k, chorus_status_t* st) {
-  size_t places = chorus__shm_pipe_places(t, s);
-  uint64_t want = k < places ? s->base : s->base + k + 1 - places;
-  return want == 0 || chorus__shm_all_reached(t, s, SHM_DONE, want, st);
+  size_t places = chorus__shm_pipe_places(t, s), place_bytes = s->chunk_elems * t->dtype_size;
+  uint64_t id = s->base + k + 1;
+  chorus_shm_slots_use_t* use = chorus__conn_shm_slots_use(t);
+  uint64_t want = s->base;
+  if (k >= places || use->place_bytes == place_bytes) want = id > places ? id - places : 0;
+  if (want && !chorus__shm_all_reached(t, s, SHM_DONE, want, st)) return 0;
+  use->place_bytes = place_bytes;
+  return 1;
 }
 
 static inline int chorus__shm_pipe_place_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
