@@ -87,3 +87,28 @@ TEST(mismatch_every_rank_knows_tcp) {
   run_all_kinds(0);
   unsetenv("CHORUS_SHM_DISABLE");
 }
+
+/* Three ranks whose reduce of 16 bytes travels in the low-latency lines of the ranks other
+ * than the root (shm/reduce.c), every rank involved: kind 0, each takes itself for the root
+ * (all wait for lines that nobody writes); kind 1, each takes the next rank for the root (all
+ * write their lines and would leave at once, but for the wait for the root's entry). */
+static int body_three(chorus_comm_t* c, int rank, void* arg) {
+  int kind = *(const int*)arg;
+  float in[4] = {1, 2, 3, 4}, out[4];
+  double t0 = test_now_sec();
+  int root = kind == 0 ? rank : (rank + 1) % 3;
+  chorus_status_t st = chorus_reduce(in, out, 4, CHORUS_FLOAT32, CHORUS_SUM, root, c);
+  if (st != CHORUS_ERR_MISMATCH) FAIL("rank %d got %s: %s", rank, chorus_status_name(st), chorus_comm_last_error(c));
+  ASSERT_TRUE(test_now_sec() - t0 < 5.0);
+  ASSERT_STATUS(chorus_barrier(c), CHORUS_ERR_COMM_BROKEN);
+  return 0;
+}
+
+TEST(mismatch_reduce_low_latency_three_ranks) {
+  chorus_config_t cfg = CHORUS_CONFIG_INIT;
+  cfg.timeout_sec = 20;
+  for (int kind = 0; kind < 2; kind++) {
+    test_set_context("kind %d", kind);
+    ASSERT_EQ(run_ranks_cfg(3, &cfg, body_three, &kind), 0);
+  }
+}

@@ -10,7 +10,7 @@
  * makes one pass over the data where the three phases make it copy in, combine half and copy
  * out (2 ranks, 16 MiB: 1.35x a point-to-point chain's time with three phases).
  *
- * Calls of at most LL_MAX_BYTES (any number of ranks) travel in the LL lines of the ranks
+ * Calls of at most LL_MAX_BYTES on more than two ranks travel in the LL lines of the ranks
  * other than the root (ll.h), which the root combines in rank order with its own input.
  *
  * Ranks other than the root leave early, as an eager MPI send does: they return once the root
@@ -37,11 +37,17 @@
 #include "algo/shm/ll.h"
 #include "algo/shm/shm.h"
 
-/* Up to the LL buffers' whole 1 KiB: the root reads each payload once. */
+/* More than two ranks, up to the LL buffers' whole 1 KiB: the root reads each payload once. 4
+ * ranks on 2 cores, 2026-12-07, against the three phases: 8-128 B 2.6-2.9 -> 1.5-1.6 us back to
+ * back and 4.3-4.8 -> 3.0-3.4 each call alone (chorus-perf -B 1); 1 KiB 3.1-3.3 -> 2.3-2.4 and
+ * 5.1-5.2 -> 3.6-3.8. Two ranks stage one chunk in a slot instead (progress_two_eager): level
+ * with the LL lines back to back, and from 256 B faster alone, where a root that polls many LL
+ * lines pulls them away from the rank that writes them (256 B 0.74-0.86 us against 0.48-0.60,
+ * 1 KiB 1.9-2.1 against 0.72-0.80). */
 #define LL_MAX_BYTES ((size_t)CHORUS_SHM_LL_MAX_BYTES)
 
 static int uses_ll(const chorus_task_t* t, const chorus_shm_op_t* s) {
-  return s->nchunks == 1 && t->args.count * t->dtype_size <= LL_MAX_BYTES;
+  return t->nranks > 2 && s->nchunks == 1 && t->args.count * t->dtype_size <= LL_MAX_BYTES;
 }
 
 static int supported(const chorus_task_t* t) {
@@ -50,8 +56,8 @@ static int supported(const chorus_task_t* t) {
 
 static double cost_us(const chorus_task_t* t, const chorus_cost_ctx_t* cx) {
   size_t bytes = t->args.count * t->dtype_size;
-  if (bytes <= LL_MAX_BYTES) return chorus__shm_cost_us(cx, 1, 1, (double)t->nranks * (double)bytes);
   if (t->nranks == 2) return chorus__shm_cost_us(cx, 1, chorus__shm_nchunks(t, bytes, 1), 2.0 * (double)bytes);
+  if (bytes <= LL_MAX_BYTES) return chorus__shm_cost_us(cx, 1, 1, (double)t->nranks * (double)bytes);
   return chorus__shm_cost_us(cx, 3, chorus__shm_nchunks(t, bytes, 0), 3.0 * (double)bytes);
 }
 
