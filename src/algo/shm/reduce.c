@@ -234,7 +234,9 @@ static chorus_status_t progress(chorus_task_t* t) {
 
 const chorus_algo_t chorus__algo_shm_reduce = {
     .name = "shm",
-    .desc = "same-host memory semantics: stage once, reduce one slice per rank in place, the root copies out",
+    .desc = "same-host memory semantics: stage once, reduce one slice per rank in place, the root copies out (2 "
+            "ranks: the root combines both inputs as the other stages them; up to 1 KiB on more: the others' LL "
+            "lines); the others leave once the root has entered",
     .coll = CH_COLL_REDUCE,
     .supported = supported,
     .cost_us = cost_us,
