@@ -118,13 +118,6 @@ static int uses_ll(const chorus_task_t* t, const chorus_shm_op_t* s) {
   return s->nchunks == 1 && t->args.count * t->dtype_size <= BCAST_LL_MAX_BYTES;
 }
 
-/* A non-root's entry into the call: ARRIVED = the op's first id (it has no slot to fill). */
-static void announce_entry(chorus_task_t* t, chorus_shm_op_t* s) {
-  if (s->k != 0 || s->stage != 0) return;
-  chorus__conn_shm_publish(t, SHM_ARRIVED, s->base + 1);
-  chorus__shm_advance(t, s, 1);
-}
-
 /* The root's last wait: every other rank has entered the call (see the top of the file). */
 static chorus_status_t root_wait_entries(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus_status_t st = CHORUS_OK;
@@ -152,7 +145,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
     if (st == CHORUS_OK) chorus__ll_reclaim(t, id, bytes); /* every reader has entered: see ll.h */
     return st;
   }
-  announce_entry(t, s);
+  chorus__shm_announce_entry(t, s);
   CHORUS_SHM_WAIT(chorus__ll_arrived(t, t->args.root, id, 0, bytes, &st), st);
   chorus__ll_read(t, t->args.root, id, 0, bytes, t->args.recvbuf);
   chorus__conn_shm_publish(t, SHM_DONE, id);
@@ -170,7 +163,7 @@ static chorus_status_t progress(chorus_task_t* t) {
   int root = t->args.root;
   chorus_status_t st = CHORUS_OK;
   int pipe = t->nranks == 2 && s->nchunks > 1;
-  if (t->rank != root) announce_entry(t, s);
+  if (t->rank != root) chorus__shm_announce_entry(t, s);
   while (s->k < s->nchunks) {
     uint64_t id = chorus__shm_id(s);
     int which = (int)(id & 1);

@@ -80,13 +80,6 @@ static chorus_status_t zero_copy(chorus_task_t* t, chorus_shm_op_t* s) {
   return CHORUS_OK;
 }
 
-/* The root's entry into the call: ARRIVED = the op's first id (see the top of the file). */
-static void root_announce_entry(chorus_task_t* t, chorus_shm_op_t* s) {
-  if (s->k != 0 || s->stage != 0) return;
-  chorus__conn_shm_publish(t, SHM_ARRIVED, s->base + 1);
-  chorus__shm_advance(t, s, 1);
-}
-
 /* A non-root's last wait: the root has entered the call, its signature checked against this
  * rank's (chorus__shm_reached). */
 static chorus_status_t wait_root_entry(chorus_task_t* t, chorus_shm_op_t* s) {
@@ -120,7 +113,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
     }
     return wait_root_entry(t, s);
   }
-  root_announce_entry(t, s);
+  chorus__shm_announce_entry(t, s);
   for (; t->step < (size_t)t->nranks; t->step++)
     if ((int)t->step != t->rank) CHORUS_SHM_WAIT(chorus__ll_arrived(t, (int)t->step, id, 0, bytes, &st), st);
   chorus__ll_combine(t, s, 0, t->args.recvbuf, m, t->args.sendbuf);
@@ -146,7 +139,7 @@ static chorus_status_t progress_two_eager(chorus_task_t* t, chorus_shm_op_t* s) 
     }
     return wait_root_entry(t, s);
   }
-  root_announce_entry(t, s);
+  chorus__shm_announce_entry(t, s);
   CHORUS_SHM_WAIT(chorus__shm_reached(t, s, peer, SHM_ARRIVED, id, &st), st);
   const char* mine = t->args.sendbuf;
   const char* theirs = chorus__shm_op_slot(t, s, peer, (int)(id & 1));
@@ -166,7 +159,7 @@ static chorus_status_t progress_two(chorus_task_t* t, chorus_shm_op_t* s) {
   size_t es = t->dtype_size;
   int root = t->rank == t->args.root, peer = 1 - t->rank;
   chorus_status_t st = CHORUS_OK;
-  if (root) root_announce_entry(t, s);
+  if (root) chorus__shm_announce_entry(t, s);
   while (s->k < s->nchunks) {
     uint64_t id = chorus__shm_id(s);
     size_t first = s->k * s->chunk_elems, m = chorus__shm_chunk_len(s, t->args.count);

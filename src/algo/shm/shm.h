@@ -256,6 +256,16 @@ static inline void chorus__shm_advance(chorus_task_t* t, chorus_shm_op_t* s, int
   t->phase++;
 }
 
+/* The entry into the call of a rank with nothing to stage (a broadcast's reader, a reduce's
+ * root), which the ranks that return early wait for: ARRIVED = the op's first id; the waiter's
+ * chorus__shm_reached checks the signature this rank published on entry against its own. Once
+ * per op: it moves to stage 1. */
+static inline void chorus__shm_announce_entry(chorus_task_t* t, chorus_shm_op_t* s) {
+  if (s->k != 0 || s->stage != 0) return;
+  chorus__conn_shm_publish(t, SHM_ARRIVED, s->base + 1);
+  chorus__shm_advance(t, s, 1);
+}
+
 static inline int chorus__shm_stage_in(chorus_task_t* t, chorus_shm_op_t* s, const void* src, size_t bytes,
                                        chorus_status_t* st) {
   if (!chorus__shm_slot_free(t, s, st)) return 0;
