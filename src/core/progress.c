@@ -391,9 +391,8 @@ typedef struct {
   int yielding;         /* past the busy poll: sched_yield between passes */
 } spin_t;
 
-/* The communicator's spin, but where every
- * rank of the machine has a CPU of its own (and CHORUS_SPIN_US is not set) at least twice the
- * call's predicted time, up to CALL_SPIN_MAX_US. Inside a call the awaited peers are mostly
+/* The communicator's spin, but where every rank of the machine has a CPU of its own (and
+ * CHORUS_SPIN_US is not set) at least twice the call's predicted time, up to CALL_SPIN_MAX_US. Inside a call the awaited peers are mostly
  * copying for it, and they are done within about that time; a sleep in between costs the wake-up
  * of a halted virtual CPU, tens of microseconds. 2 ranks, 1 MiB broadcasts read straight from
  * the root's buffer (about 48 us): the root slept after 50 us and the calls took 48-79 us, 47-49

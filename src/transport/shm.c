@@ -213,7 +213,6 @@ void chorus__shm_detach(chorus_shm_seg_t* seg) {
  * 4 KiB ring allreduce 0.90x; other sizes up to 64 KiB within 3% either way. */
 #define RING_CLAIM_MAX_BYTES (16u * 1024u)
 
-
 size_t chorus__shm_ring_write(chorus_shm_ring_t* r, size_t ring_bytes, const struct iovec* iov, int niov) {
   uint64_t head = r->head; /* only this side writes head */
   uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST);

@@ -132,7 +132,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus_status_t st = CHORUS_OK;
   if (t->rank == t->args.root) {
     if (s->stage == 0) {
-      CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      CHORUS_SHM_WAIT(chorus__shm_parity_free(t, s, &st), st);
       chorus__ll_write(t, id, t->args.sendbuf, bytes);
       if (t->args.recvbuf != t->args.sendbuf) memcpy(t->args.recvbuf, t->args.sendbuf, bytes);
       /* ARRIVED too: a rank that also takes itself for the root waits for it (and finds the

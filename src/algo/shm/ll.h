@@ -113,13 +113,22 @@ static inline chorus_status_t chorus__ll_exchange(chorus_task_t* t, chorus_shm_o
   uint64_t id = chorus__shm_id(s), *last = chorus__conn_shm_ll_last(t);
   chorus_status_t st = CHORUS_OK;
   if (s->stage == 0) {
-    if (*last + 1 != id) CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+    if (*last + 1 != id) CHORUS_SHM_WAIT(chorus__shm_parity_free(t, s, &st), st);
     chorus__ll_write(t, id, payload, bytes);
     chorus__shm_advance(t, s, 1);
   }
   for (; t->step < (size_t)t->nranks; t->step++)
     if ((int)t->step != t->rank) CHORUS_SHM_WAIT(chorus__ll_arrived(t, (int)t->step, id, want_off, want, &st), st);
   return CHORUS_OK;
+}
+
+/* Rank q's n payload bytes at `off`: this rank's own copy where it has one (mine), else read
+ * out of q's lines into buf. */
+static inline const unsigned char* chorus__ll_input(const chorus_task_t* t, uint64_t id, int q, size_t off, size_t n,
+                                                    const unsigned char* mine, unsigned char* buf) {
+  if (mine && q == t->rank) return mine;
+  chorus__ll_read(t, q, id, off, n, buf);
+  return buf;
 }
 
 /* Combines m elements at byte `off` of every rank's payload into dst, in rank order, as every
@@ -130,18 +139,10 @@ static inline void chorus__ll_combine(chorus_task_t* t, chorus_shm_op_t* s, size
                                       const void* own) {
   uint64_t id = chorus__shm_id(s);
   size_t n = m * t->dtype_size;
-  _Alignas(64) unsigned char in[2][CHORUS_SHM_LL_MAX_BYTES], mine[CHORUS_SHM_LL_MAX_BYTES];
-  if (own) memcpy(mine, (const unsigned char*)own + off, n);
-  for (int q = 0; q < 2; q++)
-    if (own && q == t->rank) memcpy(in[q], mine, n);
-    else chorus__ll_read(t, q, id, off, n, in[q]);
-  s->reduce(dst, in[0], in[1], m);
-  for (int q = 2; q < t->nranks; q++) {
-    const unsigned char* b = in[1];
-    if (own && q == t->rank) b = mine;
-    else chorus__ll_read(t, q, id, off, n, in[1]);
-    s->reduce(dst, dst, b, m);
-  }
+  _Alignas(64) unsigned char a[CHORUS_SHM_LL_MAX_BYTES], b[CHORUS_SHM_LL_MAX_BYTES], mine[CHORUS_SHM_LL_MAX_BYTES];
+  const unsigned char* self = own ? memcpy(mine, (const unsigned char*)own + off, n) : NULL;
+  s->reduce(dst, chorus__ll_input(t, id, 0, off, n, self, a), chorus__ll_input(t, id, 1, off, n, self, b), m);
+  for (int q = 2; q < t->nranks; q++) s->reduce(dst, dst, chorus__ll_input(t, id, q, off, n, self, b), m);
   if (t->args.op == CHORUS_AVG) chorus__reduce_avg_finish(dst, m, t->args.dtype, t->nranks);
 }
 

@@ -107,7 +107,7 @@ static chorus_status_t progress_ll(chorus_task_t* t, chorus_shm_op_t* s) {
   chorus_status_t st = CHORUS_OK;
   if (t->rank != t->args.root) {
     if (s->stage == 0) {
-      if (*last + 1 != id) CHORUS_SHM_WAIT(chorus__shm_slot_free(t, s, &st), st);
+      if (*last + 1 != id) CHORUS_SHM_WAIT(chorus__shm_parity_free(t, s, &st), st);
       chorus__ll_write(t, id, t->args.sendbuf, bytes);
       publish_staged(t, s);
     }

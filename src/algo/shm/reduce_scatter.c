@@ -103,7 +103,8 @@ static chorus_status_t progress(chorus_task_t* t) {
       char* slot = chorus__shm_op_slot(t, s, t->rank, which);
       for (int q = 0; q < t->nranks; q++)
         if (q != t->rank || !unstaged)
-          chorus__shm_stage_copy(slot + (size_t)q * m * es, (const char*)t->args.sendbuf + ((size_t)q * block + first) * es, m * es);
+          chorus__shm_stage_copy(slot + (size_t)q * m * es,
+                                 (const char*)t->args.sendbuf + ((size_t)q * block + first) * es, m * es);
       chorus__conn_shm_publish(t, SHM_ARRIVED, id);
       chorus__shm_advance(t, s, 1);
       continue;

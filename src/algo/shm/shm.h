@@ -52,18 +52,24 @@ static inline int chorus__shm_reached(chorus_task_t* t, const chorus_shm_op_t* s
   return r == s->me || chorus__conn_shm_reached(t, r, f, want, st);
 }
 
-/* Whether the slot for the current chunk may be written: no rank still reads its last use, nor
- * a place that a two-rank pipeline's writer left unread (chorus__shm_place_free). From here on
- * the slots serve as two halves. (LL writes pass here too: they only wait longer.) */
-static inline int chorus__shm_slot_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
+/* Whether what this rank keeps by the current id's parity (a slot, LL lines) may be written: no
+ * rank still reads its last use, two ids ago. */
+static inline int chorus__shm_parity_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
   uint64_t id = chorus__shm_id(s);
+  return id <= 2 || chorus__shm_all_reached(t, s, SHM_DONE, id - 2, st);
+}
+
+/* Whether the slot for the current chunk may be written: the parity rule, and no place that a
+ * two-rank pipeline's writer left unread (chorus__shm_place_free). From here on the slots
+ * serve as two halves. */
+static inline int chorus__shm_slot_free(chorus_task_t* t, const chorus_shm_op_t* s, chorus_status_t* st) {
   chorus_shm_slots_use_t* use = chorus__conn_shm_slots_use(t);
   if (use->unread_until) {
     if (!chorus__shm_reached(t, s, use->reader, SHM_DONE, use->unread_until, st)) return 0;
     use->unread_until = 0;
   }
   use->place_bytes = 0;
-  return id <= 2 || chorus__shm_all_reached(t, s, SHM_DONE, id - 2, st);
+  return chorus__shm_parity_free(t, s, st);
 }
 
 /* The copy-in stage: once no rank reads the current chunk's slot any more, copies `bytes` from
