@@ -20,7 +20,8 @@
 #                     torch 1.13's gloo has no reduce_scatter), a Chorus algorithm forced by name (hier, ring, binomial, ...;
 #                     NAME_rr: numbered round robin), and for allreduce the compressed rows
 #                     (automatic selection with CHORUS_COMPRESSION set, not checked: lossy):
-#                     zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk (top-k 1%)
+#                     zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk (top-k 1%), and auto_plain
+#                     (the automatic choice with CHORUS_ZEROS=off: no lossless zero-skipping form)
 #                     [allreduce: naive rankring_rr ring_rr ring dbtree rhd hier auto auto_rr ompi
 #                     ompi_best gloo; gather, scatter: auto auto_rr ompi ompi_best; alltoall: those
 #                     and gloo; reduce, reduce_scatter: hier too; broadcast, allgather: hier and
@@ -30,6 +31,8 @@
 #   --rate RATE       tc tbf rate of every host link, each way [2gbit]
 #   --out DIR         raw outputs, samples.csv, table.md [/tmp/chorus-cluster]
 #   --timeout-sec S   bound on each single run [300]
+#   --zeros N         Chorus's inputs have N per mille of 0 elements (chorus-perf -Z), as sparse
+#                     gradients do; the peers' times do not depend on their data [0]
 #   --line-rate       instead of the table: 2 hosts x 1 rank, links unshaped; iperf3 with 1 and
 #                     4 streams one way, and with 1 and 4 streams each way at once (--bidir: what
 #                     an allreduce of 2 ranks asks of the link, where every rank sends and
@@ -60,7 +63,7 @@ ZIP_ROWS="zip_fp16 zip_bf16 zip_int8 zip_int4 zip_topk"
 SUBNET=198.18.0
 
 reps=3 sizes="4K 1M 64M" rows="" coll=allreduce hosts=4 ranks=2 rate=2gbit out=/tmp/chorus-cluster
-run_timeout=300 line_rate=0 install=1 inner=0 cc=""
+run_timeout=300 line_rate=0 install=1 inner=0 cc="" zeros=0
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^$/,$d'; }
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -76,6 +79,7 @@ while [ $# -gt 0 ]; do
     --rate) rate=${2:?}; shift ;;
     --out) out=${2:?}; shift ;;
     --timeout-sec) run_timeout=${2:?}; shift ;;
+    --zeros) zeros=${2:?}; shift ;;
     --line-rate) line_rate=1 ;;
     --cc) cc=${2:?}; shift ;;
     --no-install) install=0 ;;
@@ -87,6 +91,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
 [[ $run_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout-sec needs seconds"
+[[ $zeros =~ ^[0-9]+$ ]] && ((zeros <= 1000)) || die "--zeros needs 0..1000 (per mille)"
 [ -z "$cc" ] || [ $line_rate = 1 ] || die "--cc goes with --line-rate"
 # Open MPI's name of the collective and how many algorithms coll_tuned has for it (4.1)
 case $coll in
@@ -145,7 +150,7 @@ if [ $inner = 0 ]; then
   shape=(--rate "$rate")
   [ $line_rate = 1 ] && hosts=2 ranks=1 shape=() rows="iperf3_1 iperf3_4 chorus_1 chorus_4" sizes=256M
   args=(--inner --reps "$reps" --sizes "$sizes" --rows "$rows" --coll "$coll" --hosts "$hosts" --ranks "$ranks"
-    --rate "$rate" --out "$out" --timeout-sec "$run_timeout")
+    --rate "$rate" --out "$out" --timeout-sec "$run_timeout" --zeros "$zeros")
   [ $line_rate = 1 ] && args+=(--line-rate)
   [ -n "$cc" ] && args+=(--cc "$cc")
   echo "# $(date -u '+%F %T') UTC; uptime: $(uptime)" | tee "$out/uptime.txt"
@@ -207,7 +212,9 @@ chorus_run() {
   shift 2
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  host_run "$log" "$numbering" "${envs[@]}" -- "$BUILD/chorus-perf" "$@"
+  local z=()
+  [ "$zeros" = 0 ] || z=(-Z "$zeros")
+  host_run "$log" "$numbering" "${envs[@]}" -- "$BUILD/chorus-perf" "$@" "${z[@]}"
 }
 
 # gloo_run LOG -- perf args: gloo_perf.py, ranks numbered by host, sockets on the host links
@@ -266,6 +273,7 @@ one_run() {
   case $row in
     auto) chorus_run "$log" host -- "${perf[@]}" ;;
     auto_rr) chorus_run "$log" rr -- "${perf[@]}" ;;
+    auto_plain) chorus_run "$log" host CHORUS_ZEROS=off -- "${perf[@]}" ;;
     zip_topk) chorus_run "$log" host CHORUS_COMPRESSION=topk:0.01 -- "${perf[@]:0:9}" -c 0 -d float32 ;;
     zip_*) chorus_run "$log" host CHORUS_COMPRESSION="${row#zip_}" -- "${perf[@]:0:9}" -c 0 -d float32 ;;
     ompi) mpi_run "$log" 0 -- "${perf[@]}" ;;
@@ -471,6 +479,7 @@ read -r bus link crossed < <(awk -v c="$coll" -v h="$hosts" -v l="$ranks" -v n="
 {
   echo "$hosts hosts x $ranks ranks, host links tc tbf $rate each way, float32 $coll (sum where it reduces);"
   echo "medians of $reps repetitions, rows alternated within each repetition; B = $rate_bps B/s."
+  [ "$zeros" = 0 ] || echo "Chorus's inputs: $zeros per mille of each rank's elements are 0 (chorus-perf -Z $zeros)."
   [ -n "$ompi_best_alg" ] && echo "ompi_best = coll_tuned_${mpi_coll}_algorithm $ompi_best_alg (fastest of 1..$mpi_algs at $maxb B, one run each: $out/ompi_algs.txt)."
   echo
   printf '| row |'

@@ -28,6 +28,9 @@ void chorus__shared_settings_hash(const chorus_comm_t* comm, uint64_t hashes[CHO
  * give (on error writes err), and the codec of call t (t->codec: none for every call the
  * setting does not cover). comm->mu held. */
 chorus_status_t chorus__compression_from_env(chorus_compression_opts_t* o, char* err, size_t errlen);
+/* CHORUS_ZEROS (the lossless form across hosts): *mode gets CHORUS_ZEROS_OFF, _ON or _AUTO. */
+enum { CHORUS_ZEROS_OFF, CHORUS_ZEROS_ON, CHORUS_ZEROS_AUTO };
+chorus_status_t chorus__zeros_from_env(int* mode, char* err, size_t errlen);
 void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t);
 /* 1 when the communicator's setting (under comm->mu) would compress this call but for its size
  * (min_bytes): coll/group.c keeps such calls exact when it fuses them. */

@@ -1,7 +1,8 @@
 /*
  * compress.c - a communicator's gradient compression setting (CHORUS_COMPRESSION,
  * CHORUS_COMPRESSION_SCOPE, chorus_comm_set_compression) and which calls it applies to: the
- * float32 sum/avg allreduces, across hosts (scope inter-host) or everywhere (scope all).
+ * float32 sum/avg allreduces, across hosts (scope inter-host) or everywhere (scope all). The
+ * calls it leaves alone may still cross hosts in the lossless ZEROS form (CHORUS_ZEROS).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -16,11 +17,12 @@
 #include "core/param.h"
 
 const char* chorus_compression_name(chorus_compression_t codec) {
-  return chorus__codec_name((chorus_codec_kind_t)codec);
+  /* ZEROS is the library's own form, not a codec a user names */
+  return (unsigned)codec < (unsigned)CHORUS_CODEC_PUBLIC_COUNT ? chorus__codec_name((chorus_codec_kind_t)codec) : NULL;
 }
 
 static int opts_valid(const chorus_compression_opts_t* o) {
-  if ((unsigned)o->codec >= (unsigned)CHORUS_CODEC_COUNT) return 0;
+  if ((unsigned)o->codec >= (unsigned)CHORUS_CODEC_PUBLIC_COUNT) return 0;
   if (o->scope != CHORUS_COMPRESSION_SCOPE_INTER_HOST && o->scope != CHORUS_COMPRESSION_SCOPE_ALL) return 0;
   return o->codec != CHORUS_COMPRESSION_TOPK || (o->topk_fraction > 0.0 && o->topk_fraction <= 1.0);
 }
@@ -51,13 +53,25 @@ static chorus_status_t parse_codec(const char* spec, chorus_compression_opts_t* 
     snprintf(err, errlen, "CHORUS_COMPRESSION=%s: the top-k fraction must lie in (0, 1] (topk:0.01 or topk:1%%)", spec);
     return CHORUS_ERR_INVALID_ARG;
   }
-  for (int c = 0; c < CHORUS_CODEC_COUNT; c++) {
+  for (int c = 0; c < CHORUS_CODEC_PUBLIC_COUNT; c++) {
     if (c != CHORUS_COMPRESSION_TOPK && strcmp(spec, chorus__codec_name((chorus_codec_kind_t)c)) == 0) {
       o->codec = (chorus_compression_t)c;
       return CHORUS_OK;
     }
   }
   snprintf(err, errlen, "CHORUS_COMPRESSION=%s: expected none, fp16, bf16, int8, int4 or topk:FRACTION", spec);
+  return CHORUS_ERR_INVALID_ARG;
+}
+
+chorus_status_t chorus__zeros_from_env(int* mode, char* err, size_t errlen) {
+  static const char* const names[] = {[CHORUS_ZEROS_OFF] = "off", [CHORUS_ZEROS_ON] = "on", [CHORUS_ZEROS_AUTO] = "auto"};
+  const char* v = chorus__param_str(CHORUS_PARAM_ZEROS);
+  for (int m = 0; m < 3; m++)
+    if (strcmp(v, names[m]) == 0 || (!v[0] && m == CHORUS_ZEROS_AUTO)) {
+      *mode = m;
+      return CHORUS_OK;
+    }
+  snprintf(err, errlen, "CHORUS_ZEROS=%s: expected auto, on or off", v);
   return CHORUS_ERR_INVALID_ARG;
 }
 
@@ -183,13 +197,39 @@ int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_co
   return !a->zip_given && setting_covers(comm, &comm->compression, a) && under_min_bytes(comm, a);
 }
 
+/* Where host links are this slow or slower, the ZEROS form's passes (a scan, a compaction, an
+ * expansion: a few times the bytes at memory speed, cx->reduce_bytes_per_us) cost under an
+ * eighth of what the block takes to cross, so even a vector with no +0 to drop loses little;
+ * faster links (an unshaped veth pair carries 1600-2300 bytes/us here) keep the plain form. */
+#define ZEROS_AUTO_LINK_BYTES_PER_US 750.0
+
+/* Whether the lossless ZEROS form carries a call the setting does not compress: float32 sum/avg
+ * allreduces that cross hosts, from min_bytes, by CHORUS_ZEROS. In auto only on links slow
+ * enough and where the two-level allreduce's rails carry it (hosts of equal size, several ranks
+ * each), whose pipeline hides the form's passes behind the other chunks' transfers: on hosts of
+ * one rank the flat compressed allreduce that would carry it encodes, exchanges and decodes
+ * whole blocks in turn, and took 1.26-1.38x the ring's time for dense 4-16 MiB vectors on 4
+ * emulated hosts at 2 Gbit/s (docs/cluster.md). Every rank decides alike: the link figure is
+ * host 0's, published at creation. */
+static int zeros_cover(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
+  chorus_compression_opts_t lossless = {CHORUS_COMPRESSION_FP16, 0.0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
+  if (comm->zeros == CHORUS_ZEROS_OFF || !setting_covers(comm, &lossless, a) || under_min_bytes(comm, a)) return 0;
+  if (comm->zeros == CHORUS_ZEROS_ON) return 1;
+  return chorus__topo_has_rails(&comm->topo) && comm->cost.inter.bytes_per_us <= ZEROS_AUTO_LINK_BYTES_PER_US;
+}
+
 void chorus__compression_resolve(const chorus_comm_t* comm, chorus_task_t* t) {
   const chorus_coll_args_t* a = &t->args;
   const chorus_compression_opts_t* o = a->zip_given ? &a->zip : &comm->compression;
   t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0};
   t->residual = NULL;
-  if (t->internal || !setting_covers(comm, o, a)) return;
-  if (!a->zip_given && under_min_bytes(comm, a)) return; /* a call's own compression: any size */
+  t->codec_scope_all = 0;
+  if (t->internal) return;
+  int lossy = setting_covers(comm, o, a) && (a->zip_given || !under_min_bytes(comm, a)); /* a call's own: any size */
+  if (!lossy) {
+    if (!a->zip_given && zeros_cover(comm, a)) t->codec = (chorus_codec_t){CHORUS_CODEC_ZEROS, 0.0};
+    return;
+  }
   t->codec = (chorus_codec_t){(chorus_codec_kind_t)o->codec, o->topk_fraction};
   t->codec_scope_all = o->scope == CHORUS_COMPRESSION_SCOPE_ALL;
   t->residual = a->residual ? a->residual->values : NULL;

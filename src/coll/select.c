@@ -41,6 +41,8 @@ chorus_status_t chorus__select(chorus_comm_t* comm, chorus_task_t* t) {
       t->predicted_us = rule->algo->cost_us(t, &cx);
     }
     if (!rule->algo->compresses) t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0}; /* documented: sent as is */
+    /* The lossless form is the library's own choice: a forced inner engine (hier/ring) runs. */
+    if (t->codec.kind == CHORUS_CODEC_ZEROS && t->sub_algo) t->codec = (chorus_codec_t){CHORUS_CODEC_NONE, 0.0};
     return CHORUS_OK;
   }
   /* Training repeats the same calls: the last choice for the same shape is reused as long as

@@ -83,6 +83,9 @@ static void compression_scope(const chorus_comm_t* c, char* v, size_t n) {
   snprintf(v, n, "%s", c->compression_env.scope == CHORUS_COMPRESSION_SCOPE_ALL ? "all" : "inter");
 }
 static void compression_min(const chorus_comm_t* c, char* v, size_t n) { snprintf(v, n, "%zu", c->compression_min_bytes); }
+static void zeros(const chorus_comm_t* c, char* v, size_t n) {
+  snprintf(v, n, "%s", c->zeros == CHORUS_ZEROS_OFF ? "off" : c->zeros == CHORUS_ZEROS_ON ? "on" : "auto");
+}
 /* Before creation resolves the default by topology, which every rank shares. */
 static void fuse_bytes(const chorus_comm_t* c, char* v, size_t n) {
   if (c->group_fuse_bytes == SIZE_MAX) snprintf(v, n, "-1 (by topology)");
@@ -104,6 +107,7 @@ static const struct {
     {"CHORUS_COMPRESSION", compression},
     {"CHORUS_COMPRESSION_SCOPE", compression_scope},
     {"CHORUS_COMPRESSION_MIN_BYTES", compression_min},
+    {"CHORUS_ZEROS", zeros},
     {"CHORUS_GROUP_FUSE_BYTES", fuse_bytes},
 };
 _Static_assert(sizeof(settings) / sizeof(settings[0]) == CHORUS_SHARED_SETTINGS,

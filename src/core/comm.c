@@ -244,6 +244,7 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   chorus_status_t st = read_tcp_cc(comm, err, sizeof(err));
   if (st >= 0) st = parse_algo_spec(comm, chorus__param_str(CHORUS_PARAM_ALGO), err, sizeof(err));
   if (st >= 0) st = chorus__compression_from_env(&comm->compression_env, err, sizeof(err));
+  if (st >= 0) st = chorus__zeros_from_env(&comm->zeros, err, sizeof(err));
   comm->compression = comm->compression_env;
   if (st < 0) {
     chorus__comm_set_error(comm, "%s", err);

@@ -77,6 +77,7 @@ struct chorus_comm {
    * (mu) and the one CHORUS_COMPRESSION gave, which chorus_comm_set_compression(NULL) restores. */
   chorus_compression_opts_t compression, compression_env;
   size_t compression_min_bytes; /* the setting leaves smaller calls exact (mu) */
+  int zeros; /* CHORUS_ZEROS: CHORUS_ZEROS_OFF, _ON or _AUTO (coll/compress.c) */
   char algo_spec[256];                                      /* CHORUS_ALGO as given */
   chorus_algo_rule_t rules[CH_COLL_COUNT][CHORUS_MAX_ALGO_RULES]; /* resolved per collective */
   int nrules[CH_COLL_COUNT];

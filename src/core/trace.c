@@ -222,17 +222,19 @@ static void trace_event(chorus_comm_t* comm, const chorus_task_t* t, uint64_t en
   if (t->internal || !__atomic_load_n(&trace_out, __ATOMIC_ACQUIRE)) return;
   uint64_t start = t->start_ns ? t->start_ns : t->post_ns;
   const char* op = chorus_op_name(t->args.op);
+  const char* codec = chorus__codec_name(t->codec.kind); /* the wire form across hosts: none, zeros, a codec */
   pthread_mutex_lock(&trace_mu);
   if (trace_out) /* still open */
     fprintf(trace_out,
             "%s{\"name\":\"%s\",\"cat\":\"chorus\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
             "\"args\":{\"seq\":%llu,\"algo\":\"%s\",\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,"
-            "\"bytes\":%zu,\"queued_us\":%.3f,\"status\":\"%s\",\"comm\":\"%016llx\"}}",
+            "\"bytes\":%zu,\"codec\":\"%s\",\"queued_us\":%.3f,\"status\":\"%s\",\"comm\":\"%016llx\"}}",
             trace_events++ ? ",\n" : "", chorus__coll_name(t->args.coll),
             (double)((int64_t)start + trace_offset_ns) / 1e3, (double)(end_ns - start) / 1e3, comm->rank,
             (int)(comm->comm_id & 0xffff), (unsigned long long)t->seq, t->algo ? t->algo->name : "?", t->args.count,
             chorus_dtype_name(t->args.dtype), op ? op : "", t->args.root, t->args.count * t->dtype_size,
-            (double)(start - t->post_ns) / 1e3, chorus_status_name(st), (unsigned long long)comm->comm_id);
+            codec ? codec : "?", (double)(start - t->post_ns) / 1e3, chorus_status_name(st),
+            (unsigned long long)comm->comm_id);
   pthread_mutex_unlock(&trace_mu);
 }
 

@@ -24,7 +24,7 @@ extern const chorus_codec_variant_t chorus__codec_avx2;
 extern const chorus_codec_variant_t chorus__codec_avx512;
 #endif
 
-_Static_assert(CHORUS_CODEC_COUNT == 6, "a codec was added to codec.h: extend codec.c");
+_Static_assert(CHORUS_CODEC_COUNT == 7, "a codec was added to codec.h: extend codec.c");
 
 static const chorus_codec_variant_t* codec_table(int isa) {
   switch (isa) {
@@ -90,6 +90,8 @@ size_t chorus__codec_bytes(const chorus_codec_t* c, size_t n) {
       return scale_bytes + (n + 1) / 2;
     case CHORUS_CODEC_TOPK:
       return 8 * chorus__codec_topk_k(c->topk_fraction, n);
+    case CHORUS_CODEC_ZEROS:
+      return n ? 8 + 4 * n : 0;
     default:
       return 0;
   }
@@ -98,7 +100,8 @@ size_t chorus__codec_bytes(const chorus_codec_t* c, size_t n) {
 const char* chorus__codec_name(chorus_codec_kind_t kind) {
   static const char* const names[CHORUS_CODEC_COUNT] = {
       [CHORUS_CODEC_NONE] = "none", [CHORUS_CODEC_FP16] = "fp16", [CHORUS_CODEC_BF16] = "bf16",
-      [CHORUS_CODEC_INT8] = "int8", [CHORUS_CODEC_INT4] = "int4", [CHORUS_CODEC_TOPK] = "topk"};
+      [CHORUS_CODEC_INT8] = "int8", [CHORUS_CODEC_INT4] = "int4", [CHORUS_CODEC_TOPK] = "topk",
+      [CHORUS_CODEC_ZEROS] = "zeros"};
   return (unsigned)kind < (unsigned)CHORUS_CODEC_COUNT ? names[kind] : NULL;
 }
 
@@ -227,16 +230,32 @@ static void topk_scatter(float* dst, const void* src, size_t n, size_t k, int ac
 
 /* ---- entry points ---- */
 
-void chorus__codec_encode(const chorus_codec_t* c, void* dst, const float* src, size_t n,
-                          float* residual) {
-  if (n == 0) return;
+/* The ZEROS variant of the chosen codec table's instruction set. */
+static const chorus_zeros_variant_t* zeros_active(void) {
+  static _Atomic(const chorus_zeros_variant_t*) chosen;
+  const chorus_zeros_variant_t* v = atomic_load_explicit(&chosen, memory_order_relaxed);
+  if (v != NULL) return v;
+  v = chorus__zeros_variant(CHORUS_REDUCE_ISA_AVX512);
+  if (v == NULL || active_variant() != chorus__codec_variant(CHORUS_REDUCE_ISA_AVX512))
+    v = chorus__zeros_variant(CHORUS_REDUCE_ISA_GENERIC);
+  atomic_store_explicit(&chosen, v, memory_order_relaxed);
+  return v;
+}
+
+size_t chorus__codec_encode(const chorus_codec_t* c, void* dst, const float* src, size_t n, float* residual) {
+  if (n == 0) return 0;
   if (codec_has_kernels(c->kind)) {
     active_variant()->encode[c->kind](dst, src, n, residual);
   } else if (c->kind == CHORUS_CODEC_TOPK) {
     topk_encode(c->topk_fraction, dst, src, n, residual);
   } else if (c->kind == CHORUS_CODEC_NONE) {
     none_encode(dst, src, n, residual);
+  } else if (c->kind == CHORUS_CODEC_ZEROS) {
+    size_t bytes = zeros_active()->encode(dst, src, n);
+    if (residual) memset(residual, 0, n * sizeof *residual);
+    return bytes;
   }
+  return chorus__codec_bytes(c, n);
 }
 
 void chorus__codec_decode(const chorus_codec_t* c, float* dst, const void* src, size_t n) {
@@ -248,6 +267,8 @@ void chorus__codec_decode(const chorus_codec_t* c, float* dst, const void* src, 
     topk_scatter(dst, src, n, chorus__codec_topk_k(c->topk_fraction, n), 0);
   } else if (c->kind == CHORUS_CODEC_NONE) {
     none_decode(dst, src, n, 0);
+  } else if (c->kind == CHORUS_CODEC_ZEROS) {
+    zeros_active()->decode(dst, src, n, 0);
   }
 }
 
@@ -259,5 +280,7 @@ void chorus__codec_decode_add(const chorus_codec_t* c, float* acc, const void* s
     topk_scatter(acc, src, n, chorus__codec_topk_k(c->topk_fraction, n), 1);
   } else if (c->kind == CHORUS_CODEC_NONE) {
     none_decode(acc, src, n, 1);
+  } else if (c->kind == CHORUS_CODEC_ZEROS) {
+    zeros_active()->decode(acc, src, n, 1);
   }
 }

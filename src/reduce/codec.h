@@ -27,6 +27,14 @@
  *         infinity); among equal magnitudes at the threshold the lower indices win. Decoding
  *         puts the values at their indices (zero elsewhere); decode_add adds them there.
  *   NONE  the n float32 themselves (a copy); residual x - x, as for the casts.
+ *   ZEROS lossless, of variable length (the library's own, not a chorus_compression_t): a head
+ *         of two uint32, form and count, then either form DENSE (1): count = n, the n float32;
+ *         or form SPARSE (2): count = the elements whose bits are not all zero (every value but
+ *         +0, so -0 and NaN are kept), ceil(n/64) uint64 bitmap words (bit j of word w set when
+ *         element 64w + j is kept; bits past n clear), then the kept elements in order, bit for
+ *         bit. SPARSE only when it is shorter than DENSE. Decoding gives +0 where nothing was
+ *         kept, the value that was there; decode_add adds that +0 too (so -0 + +0 gives +0 as
+ *         with every other form). Residual: +0 (nothing is dropped). No bytes for n = 0.
  *
  * Encoding with a residual (error feedback): residual[i] = x[i] - decode(x)[i] in float32 for
  * FP16, BF16, INT8 and INT4 (NaN where the chunk decodes to NaN), and for TOPK x[i] where i was
@@ -46,8 +54,12 @@ typedef enum {
   CHORUS_CODEC_INT8 = 3,
   CHORUS_CODEC_INT4 = 4,
   CHORUS_CODEC_TOPK = 5,
+  CHORUS_CODEC_PUBLIC_COUNT, /* the kinds chorus.h names */
+  CHORUS_CODEC_ZEROS = CHORUS_CODEC_PUBLIC_COUNT,
   CHORUS_CODEC_COUNT
 } chorus_codec_kind_t;
+
+enum { CHORUS_ZEROS_DENSE = 1, CHORUS_ZEROS_SPARSE = 2 };
 
 typedef struct {
   chorus_codec_kind_t kind;
@@ -60,12 +72,36 @@ typedef struct {
 /* TOPK's k for n elements: ceil(fraction * n) computed in double, clamped to [1, n]; 0 for n = 0. */
 size_t chorus__codec_topk_k(double fraction, size_t n);
 
-/* Bytes of the wire form of n elements (0 for n = 0). */
+/* Bytes of the wire form of n elements (0 for n = 0); for ZEROS, of its longest form. */
 size_t chorus__codec_bytes(const chorus_codec_t* c, size_t n);
 
-/* Encodes src[0..n) into dst (chorus__codec_bytes(c, n) bytes). residual may be NULL; else it
- * receives what the wire form dropped (above) and may be the same pointer as src. n < 2^32. */
-void chorus__codec_encode(const chorus_codec_t* c, void* dst, const float* src, size_t n, float* residual);
+/* 1 when every wire form of n elements has chorus__codec_bytes(c, n) bytes (all but ZEROS). */
+static inline int chorus__codec_fixed(const chorus_codec_t* c) { return c->kind != CHORUS_CODEC_ZEROS; }
+
+/* What dst must hold past chorus__codec_bytes for an encoding (ZEROS stores whole vectors). */
+#define CHORUS_CODEC_SLACK 64
+
+/* Encodes src[0..n) into dst (chorus__codec_bytes(c, n) + CHORUS_CODEC_SLACK bytes); returns the
+ * bytes of the form written. residual may be NULL; else it receives what the wire form dropped
+ * (above) and may be the same pointer as src. n < 2^32. */
+size_t chorus__codec_encode(const chorus_codec_t* c, void* dst, const float* src, size_t n, float* residual);
+
+/* ZEROS: the bytes of the form whose first 8 bytes are at head, for n elements; 0 when the head
+ * describes no form of n elements. */
+size_t chorus__zeros_wire_bytes(const void* head, size_t n);
+/* ZEROS: 1 when wire[0..bytes) is a whole form of n elements (its head, length and bitmap agree):
+ * what a receiver checks before decoding another rank's bytes. */
+int chorus__zeros_wire_ok(const void* wire, size_t bytes, size_t n);
+size_t chorus__zeros_sparse_bytes(size_t n, size_t nnz);
+
+/* ZEROS per instruction set (variants.h's isa), for the tests: NULL when this CPU or build
+ * cannot run it. */
+typedef struct {
+  const char* name;
+  size_t (*encode)(void* dst, const float* src, size_t n);
+  void (*decode)(float* dst, const void* src, size_t n, int accumulate);
+} chorus_zeros_variant_t;
+const chorus_zeros_variant_t* chorus__zeros_variant(int isa);
 
 /* dst[i] = decoded element i, for i < n. */
 void chorus__codec_decode(const chorus_codec_t* c, float* dst, const void* src, size_t n);
@@ -73,7 +109,7 @@ void chorus__codec_decode(const chorus_codec_t* c, float* dst, const void* src, 
 /* acc[i] = acc[i] + decoded element i, for i < n. */
 void chorus__codec_decode_add(const chorus_codec_t* c, float* acc, const void* src, size_t n);
 
-/* "fp16", "bf16", "int8", "int4", "topk", "none"; NULL for a value that is not a codec (also
+/* "fp16", "bf16", "int8", "int4", "topk", "none", "zeros"; NULL for a value that is not a codec (also
  * chorus.h's chorus_compression_name). */
 const char* chorus__codec_name(chorus_codec_kind_t kind);
 
@@ -83,7 +119,7 @@ typedef void (*chorus_codec_decode_fn)(float* dst, const void* src, size_t n);
 
 typedef struct {
   const char* name; /* "avx512", "avx2", "generic" */
-  /* Indexed by kind; TOPK's entries are NULL (its selection is scalar, codec.c). */
+  /* Indexed by kind; TOPK's and ZEROS's entries are NULL (codec.c, codec_zeros.c). */
   chorus_codec_encode_fn encode[CHORUS_CODEC_COUNT];
   chorus_codec_decode_fn decode[CHORUS_CODEC_COUNT];
   chorus_codec_decode_fn decode_add[CHORUS_CODEC_COUNT];

@@ -509,6 +509,7 @@ TEST_EX(api_and_env, 120, "quick") {
   ASSERT_STR_EQ(chorus_compression_name(CHORUS_COMPRESSION_INT8), "int8");
   ASSERT_STR_EQ(chorus_compression_name(CHORUS_COMPRESSION_NONE), "none");
   ASSERT_NULL(chorus_compression_name((chorus_compression_t)42));
+  ASSERT_NULL(chorus_compression_name((chorus_compression_t)6)); /* the lossless form is not a codec to name */
   ASSERT_STATUS(chorus_comm_set_compression(NULL, NULL), CHORUS_ERR_INVALID_ARG);
   ASSERT_STATUS(chorus_comm_get_compression(NULL, NULL), CHORUS_ERR_INVALID_ARG);
   ASSERT_STATUS(chorus_comm_set_compression_min_bytes(NULL, 0), CHORUS_ERR_INVALID_ARG);

@@ -810,6 +810,165 @@ static void test_dispatch(int nrunners) {
   }
 }
 
+static size_t dispatched_zeros_encode(void* dst, const float* src, size_t n) {
+  chorus_codec_t zc = {CHORUS_CODEC_ZEROS, 0};
+  return chorus__codec_encode(&zc, dst, src, n, NULL);
+}
+
+static void dispatched_zeros_decode(float* dst, const void* src, size_t n, int accumulate) {
+  chorus_codec_t zc = {CHORUS_CODEC_ZEROS, 0};
+  if (accumulate) chorus__codec_decode_add(&zc, dst, src, n);
+  else chorus__codec_decode(&zc, dst, src, n);
+}
+
+/* A fixed pseudo-random value per run of 64 elements. */
+static uint64_t ref_mix_run(size_t run) {
+  uint64_t z = (uint64_t)run * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* ZEROS: the lossless form of variable length, against an encoder written from codec.h's text */
+
+static size_t ref_zeros_encode(uint8_t* wire, const float* x, size_t n) {
+  if (n == 0) return 0; /* no bytes at all */
+  size_t words = (n + 63) / 64, nnz = 0;
+  for (size_t i = 0; i < n; i++) nnz += f32_bits(x[i]) != 0;
+  size_t sparse = 8 + 8 * words + 4 * nnz, dense = 8 + 4 * n;
+  if (sparse >= dense) {
+    put_u32(wire, 0, 1);
+    put_u32(wire, 1, (uint32_t)n);
+    memcpy(wire + 8, x, 4 * n);
+    return dense;
+  }
+  put_u32(wire, 0, 2);
+  put_u32(wire, 1, (uint32_t)nnz);
+  memset(wire + 8, 0, 8 * words);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (f32_bits(x[i]) == 0) continue;
+    wire[8 + i / 8] |= (uint8_t)(1u << (i % 8)); /* bit i % 64 of little-endian word i / 64 */
+    memcpy(wire + 8 + 8 * words + 4 * k++, &x[i], 4);
+  }
+  return sparse;
+}
+
+/* Inputs with a share of +0 (per mille), laid out at random or in runs of 64, with -0 and NaN
+ * among the kept values. */
+static void fill_zeros_case(float* x, size_t n, int permille, int runs) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t r = rnd64();
+    int zero = runs ? (int)((ref_mix_run(i / 64) % 1000)) < permille : (int)(r % 1000) < permille;
+    float v = (r >> 20) % 97 == 0 ? -0.0f : (r >> 20) % 89 == 0 ? NAN : rnd_signed_unit() * 8.0f;
+    if (f32_bits(v) == 0) v = 1.0f; /* only `zero` makes a +0 */
+    x[i] = zero ? 0.0f : v;
+  }
+}
+
+static size_t zeros_bytes_of(const uint8_t* wire, size_t n) { return chorus__zeros_wire_bytes(wire, n); }
+
+static void check_zeros_variant(const char* name, size_t (*encode)(void*, const float*, size_t),
+                                void (*decode)(float*, const void*, size_t, int), const char* ctx0, size_t n,
+                                work_t* w) {
+  char ctx[200];
+  snprintf(ctx, sizeof ctx, "zeros %s %s", name, ctx0);
+  size_t want = ref_zeros_encode(w->want_wire, w->src, n);
+  /* The encoding may use CHORUS_CODEC_SLACK bytes past the longest form, no more. */
+  chorus_codec_t zc = {CHORUS_CODEC_ZEROS, 0};
+  size_t room = chorus__codec_bytes(&zc, n) + CHORUS_CODEC_SLACK;
+  guarded_reset(&w->wire, room, 0);
+  size_t got = encode(guarded_data(&w->wire), w->src, n);
+  check(got == want, "%s: %zu bytes, want %zu", ctx, got, want);
+  check(guarded_intact(&w->wire), "%s: wrote outside its %zu bytes", ctx, room);
+  if (got != want) return;
+  check_wire("wire", ctx, guarded_data(&w->wire), w->want_wire, want, 1);
+  check(n == 0 || (zeros_bytes_of(w->want_wire, n) == want && chorus__zeros_wire_ok(w->want_wire, want, n)),
+        "%s: the head announces %zu bytes and the form checks", ctx, want);
+  /* Decoding reads the form's bytes only: put it against the guard's end. */
+  guarded_reset(&w->wire, want, 0);
+  memcpy(guarded_data(&w->wire), w->want_wire, want);
+  guarded_reset(&w->out, 4 * n, 0);
+  float* out = guarded_floats(&w->out);
+  decode(out, guarded_data(&w->wire), n, 0);
+  check_floats("decode", ctx, out, w->src, n, guarded_intact(&w->out));
+  guarded_reset(&w->out, 4 * n, 0);
+  out = guarded_floats(&w->out);
+  if (n) memcpy(out, w->acc0, 4 * n);
+  decode(out, guarded_data(&w->wire), n, 1);
+  for (size_t i = 0; i < n; i++) {
+    volatile float sum = w->acc0[i] + w->src[i];
+    w->want_acc[i] = sum;
+  }
+  check_floats("decode_add", ctx, out, w->want_acc, n, guarded_intact(&w->out));
+}
+
+/* Damaged forms are refused: another count, a bit flipped, a bit past n, an unknown form, a
+ * sparse form that is not shorter, a dense form of another length. */
+static void test_zeros_damage(void) {
+  float x[130];
+  for (int i = 0; i < 130; i++) x[i] = i % 10 == 3 ? (float)i : 0.0f;
+  uint8_t wire[8 + 4 * 130 + 64];
+  size_t bytes = ref_zeros_encode(wire, x, 130);
+  check(get_u32(wire, 0) == 2 && get_u32(wire, 1) == 13 && bytes == 8 + 24 + 52 && chorus__zeros_wire_ok(wire, bytes, 130),
+        "zeros: 13 of 130 kept is the sparse form, 84 bytes");
+  uint8_t bad[sizeof wire];
+  memcpy(bad, wire, bytes);
+  put_u32(bad, 1, 14);
+  check(!chorus__zeros_wire_ok(bad, bytes, 130) && !chorus__zeros_wire_ok(bad, bytes + 4, 130),
+        "zeros: a count that is not the bitmap's is refused");
+  memcpy(bad, wire, bytes);
+  bad[8] ^= 1;
+  check(!chorus__zeros_wire_ok(bad, bytes, 130), "zeros: a bitmap that disagrees with the count is refused");
+  memcpy(bad, wire, bytes);
+  bad[8 + 16] |= 0x80; /* word 2, bit 7: element 135 of 130 */
+  bad[8 + 0] &= (uint8_t)~(1u << 3); /* one kept bit less, so the count still agrees */
+  check(!chorus__zeros_wire_ok(bad, bytes, 130), "zeros: a bit past the last element is refused");
+  memcpy(bad, wire, bytes);
+  put_u32(bad, 0, 3);
+  check(chorus__zeros_wire_bytes(bad, 130) == 0, "zeros: an unknown form announces nothing");
+  put_u32(bad, 0, 2);
+  put_u32(bad, 1, 127);
+  check(chorus__zeros_wire_bytes(bad, 130) == 0, "zeros: a sparse form that is not shorter announces nothing");
+  put_u32(bad, 0, 1);
+  put_u32(bad, 1, 129);
+  check(chorus__zeros_wire_bytes(bad, 130) == 0, "zeros: a dense form of another count announces nothing");
+  put_u32(bad, 1, 130);
+  check(chorus__zeros_wire_bytes(bad, 130) == 8 + 4 * 130, "zeros: the dense form's length");
+  chorus_codec_t zc = {CHORUS_CODEC_ZEROS, 0};
+  check(!chorus__codec_fixed(&zc) && chorus__codec_bytes(&zc, 130) == 8 + 4 * 130 && chorus__codec_bytes(&zc, 0) == 0 &&
+            strcmp(chorus__codec_name(CHORUS_CODEC_ZEROS), "zeros") == 0,
+        "zeros: variable, its longest form the dense one");
+  float res[3] = {1, 2, 3}, y[3] = {0.0f, -0.0f, 5.0f};
+  uint8_t small[8 + 12 + 64];
+  check(chorus__codec_encode(&zc, small, y, 3, res) == 20 && res[0] == 0 && res[1] == 0 && res[2] == 0,
+        "zeros: 3 elements go dense (20 bytes), the residual is +0");
+}
+
+static void test_zeros(work_t* w) {
+  static const size_t sizes[] = {0, 1, 15, 16, 63, 64, 65, 127, 128, 1000, 4099, 100003};
+  static const struct {
+    int permille, runs;
+  } shares[] = {{0, 0}, {30, 0}, {500, 0}, {900, 0}, {1000, 0}, {600, 1}, {970, 0}};
+  const chorus_zeros_variant_t* variants[CHORUS_REDUCE_ISA_COUNT];
+  int nv = 0;
+  for (int isa = 0; isa < CHORUS_REDUCE_ISA_COUNT; isa++)
+    if ((variants[nv] = chorus__zeros_variant(isa)) != NULL) nv++;
+  check(nv >= 1 && chorus__zeros_variant(CHORUS_REDUCE_ISA_GENERIC) != NULL, "zeros: the generic variant");
+  for (size_t z = 0; z < sizeof shares / sizeof shares[0]; z++)
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+      size_t n = sizes[s];
+      char ctx[80];
+      snprintf(ctx, sizeof ctx, "n=%zu, %d per mille +0%s", n, shares[z].permille, shares[z].runs ? " in runs" : "");
+      fill_zeros_case(w->src, n, shares[z].permille, shares[z].runs);
+      fill_acc(w->acc0, n);
+      for (int v = 0; v < nv; v++) check_zeros_variant(variants[v]->name, variants[v]->encode, variants[v]->decode, ctx, n, w);
+      check_zeros_variant("dispatched", dispatched_zeros_encode, dispatched_zeros_decode, ctx, n, w);
+    }
+  test_zeros_damage();
+}
+
 int main(void) {
   alarm(TEST_TIME_LIMIT_SEC); /* SIGALRM's default action ends the process: a bounded test */
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -838,6 +997,7 @@ int main(void) {
     return 1;
   }
   test_matrix(runners, nrunners, &w);
+  test_zeros(&w);
   work_free(&w);
   for (int k = 0; k < nrunners; k++) printf("ran: %s\n", runners[k].name);
   printf("%d passed, %d failed\n", g_passed, g_failed);

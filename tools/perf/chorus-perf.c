@@ -267,8 +267,8 @@ static void json_open(perf_ctx_t* ctx, int argc, char** argv) {
           ctx->nranks, o->min_bytes, o->max_bytes, o->step_bytes ? 0 : o->step_factor);
   fprintf(f, "\"step_bytes\": %zu, \"iters\": %d, \"warmup\": %d, \"check\": %d, ", o->step_bytes,
           o->iters, o->warmup, o->check);
-  fprintf(f, "\"inplace\": %d, \"nonblocking\": %d, \"isolated\": %d, \"root\": %d, ", o->inplace,
-          o->nonblocking, o->isolated, o->root);
+  fprintf(f, "\"inplace\": %d, \"nonblocking\": %d, \"isolated\": %d, \"root\": %d, \"zero_permille\": %d, ",
+          o->inplace, o->nonblocking, o->isolated, o->root, o->zero_permille);
   json_string(f, "dtype", o->dtype_all ? "all" : chorus_dtype_name(o->dtype), ", ");
   json_string(f, "op", o->op_all ? "all" : chorus_op_name(o->op), ", ");
   json_string(f, "CHORUS_ALGO", algo_env ? algo_env : "", ", ");
@@ -316,6 +316,7 @@ static void print_header(const perf_ctx_t* ctx, perf_coll_t coll) {
          o->isolated == 2 ? " | calls started together, timed to the last exit"
          : o->isolated    ? " | a barrier after each call"
                           : "");
+  if (o->zero_permille) printf("# inputs: %d per mille of each rank's elements are 0\n", o->zero_permille);
   chorus_compression_opts_t zip = {CHORUS_COMPRESSION_NONE, 0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
   chorus_comm_get_compression(ctx->comm, &zip);
   size_t min_bytes = 0;
@@ -611,7 +612,7 @@ static size_t next_size(const perf_opts_t* o, size_t size_bytes) {
 /* Every size of one (collective, dtype, op). */
 static int run_sizes(perf_ctx_t* ctx, perf_coll_t coll, chorus_dtype_t dtype, chorus_op_t op) {
   if (coll == PC_BARRIER) return run_row(ctx, coll, dtype, op, 0, 0);
-  if (pattern_build(&ctx->pattern, dtype, op, ctx->nranks) != 0) {
+  if (pattern_build(&ctx->pattern, dtype, op, ctx->nranks, ctx->opts.zero_permille) != 0) {
     fprintf(stderr, "chorus-perf: rank %d: out of memory for the input patterns\n", ctx->rank);
     return -1;
   }

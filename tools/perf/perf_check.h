@@ -32,6 +32,7 @@ typedef struct {
   size_t elem_bytes;
   unsigned char** input; /* input[r]: rank r's values, PAT_SPAN elements */
   unsigned char* reduced; /* op over all ranks, avg already divided, PAT_SPAN elements */
+  int zero_permille;      /* share of each rank's elements that are 0 (-Z) */
 } perf_pattern_t;
 
 /* ---- float16 / bfloat16, written here so the check does not trust the library's own ---- */
@@ -91,8 +92,9 @@ static uint32_t mix32(uint32_t h) {
  * is 3 * 2^k <= 384: two significant bits, exact in bfloat16 whatever the order. Other ops:
  * |v| <= amplitude with amplitude * nranks <= 120, so every partial sum is exact in bfloat16
  * (integers up to 256) and fits int8. */
-static int64_t pattern_value(int r, int phase, int nranks, chorus_op_t op, int is_signed) {
+static int64_t pattern_value(int r, int phase, int nranks, chorus_op_t op, int is_signed, int zero_permille) {
   uint32_t h = mix32((uint32_t)phase * 2654435761u + (uint32_t)(r + 1) * 40503u);
+  if (zero_permille && op != CHORUS_PROD && (int)(mix32(h ^ 0x2545f491u) % 1000u) < zero_permille) return 0;
   if (op == CHORUS_PROD) {
     int64_t magnitude = (phase % nranks == r && (h & 4u)) ? 3 : 1 + (int64_t)(h & 1u);
     return (is_signed && (h & 0x30u) == 0) ? -magnitude : magnitude;
@@ -136,9 +138,9 @@ static void store_average(chorus_dtype_t dtype, int64_t sum, int nranks, void* o
 /* The exact result of op over all ranks at one phase, in int64 (no overflow: |prod| <= 3*2^7
  * per 8 ranks, sums <= 120). */
 static int64_t reduce_phase(const perf_pattern_t* p, int phase, int is_signed) {
-  int64_t acc = pattern_value(0, phase, p->nranks, p->op, is_signed);
+  int64_t acc = pattern_value(0, phase, p->nranks, p->op, is_signed, p->zero_permille);
   for (int r = 1; r < p->nranks; r++) {
-    int64_t v = pattern_value(r, phase, p->nranks, p->op, is_signed);
+    int64_t v = pattern_value(r, phase, p->nranks, p->op, is_signed, p->zero_permille);
     switch (p->op) {
       case CHORUS_PROD: acc *= v; break;
       case CHORUS_MAX: acc = v > acc ? v : acc; break;
@@ -159,8 +161,9 @@ static void pattern_free(perf_pattern_t* p) {
 }
 
 /* Builds the tables of (dtype, op) for nranks ranks. Returns 0, or -1 when out of memory. */
-static int pattern_build(perf_pattern_t* p, chorus_dtype_t dtype, chorus_op_t op, int nranks) {
+static int pattern_build(perf_pattern_t* p, chorus_dtype_t dtype, chorus_op_t op, int nranks, int zero_permille) {
   pattern_free(p);
+  p->zero_permille = zero_permille;
   p->dtype = dtype;
   p->op = op;
   p->nranks = nranks;
@@ -173,7 +176,7 @@ static int pattern_build(perf_pattern_t* p, chorus_dtype_t dtype, chorus_op_t op
     p->input[r] = malloc(PAT_SPAN * p->elem_bytes);
     if (p->input[r] == NULL) return -1;
     for (size_t i = 0; i < PAT_SPAN; i++) {
-      int64_t v = pattern_value(r, (int)(i % PAT_PERIOD), nranks, op, is_signed);
+      int64_t v = pattern_value(r, (int)(i % PAT_PERIOD), nranks, op, is_signed, zero_permille);
       store_integer(dtype, v, p->input[r] + i * p->elem_bytes);
     }
   }

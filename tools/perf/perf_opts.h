@@ -70,6 +70,7 @@ typedef struct {
   size_t step_bytes;      /* ...or, when nonzero, grow by this */
   int iters, warmup;
   int check, inplace, nonblocking, corrupt;
+  int zero_permille; /* -Z */
   int isolated; /* -B: 1, a barrier after every timed call, timed apart; 2, calls entered
                  * together at a moment on the machine's clock, timed to the last exit */
   int registered; /* -R: buffers from chorus_mem_alloc */
@@ -120,6 +121,8 @@ static void usage(FILE* out) {
     "  -p 0|1    0: out of place; 1: in place (sendrecv: always out of place) [0]\n"
     "  -J FILE   also write the run's parameters and every row as JSON to FILE\n"
     "  -x 0|1    self-test of the check: corrupt one output element per checked call\n"
+    "  -Z N      N per mille of each rank's input elements are 0, at random (not with prod):\n"
+    "            inputs like sparse gradients, which CHORUS_ZEROS sends shorter  [0]\n"
     "  -h        this help\n"
     "size: bytes of the largest buffer per rank (allgather, gather: the receive buffer;\n"
     "reduce_scatter, scatter, alltoall: the send buffer); count = size / dtype size. Sizes that\n"
@@ -240,6 +243,7 @@ static int parse_flag(int flag, const char* arg, perf_opts_t* o) {
     case 'p': return parse_int(arg, 0, 1, &o->inplace) ? bad_usage("-p needs 0 or 1", arg) : 0;
     case 'R': return parse_int(arg, 0, 1, &o->registered) ? bad_usage("-R needs 0 or 1", arg) : 0;
     case 'x': return parse_int(arg, 0, 1, &o->corrupt) ? bad_usage("-x needs 0 or 1", arg) : 0;
+    case 'Z': return parse_int(arg, 0, 1000, &o->zero_permille) ? bad_usage("-Z needs 0..1000", arg) : 0;
     case 'r': return parse_int(arg, 0, 1 << 30, &o->root) ? bad_usage("bad -r root", arg) : 0;
     case 'd': return parse_dtype(arg, o) ? bad_usage("unknown dtype", arg) : 0;
     case 'o': return parse_op(arg, o) ? bad_usage("unknown op", arg) : 0;
@@ -257,7 +261,7 @@ static int parse_args(int argc, char** argv, perf_opts_t* o) {
                      .rounds = 1};
   opterr = 0;
   int flag;
-  while ((flag = getopt(argc, argv, ":b:e:f:i:n:w:c:d:o:r:a:k:z:B:p:R:x:J:h")) != -1) {
+  while ((flag = getopt(argc, argv, ":b:e:f:i:n:w:c:d:o:r:a:k:z:B:p:R:x:Z:J:h")) != -1) {
     if (flag == 'h') return usage(stdout), 1;
     if (flag == '?') return bad_usage("unknown flag", argv[optind - 1]);
     if (flag == ':') return bad_usage("flag needs a value", argv[optind - 1]);
