@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh - builds the libFuzzer targets of tests/fuzz (frame header check, connection
-# hello check, bootstrap store requests) with clang into build-fuzz/ and runs each for SECONDS
+# hello check, status frames, bootstrap store requests, the zeros form) with clang into build-fuzz/ and runs each for SECONDS
 # (default 20) over the committed seed corpus. Exits non-zero on any crash, sanitizer report,
 # leak or timeout; crash inputs are kept in build-fuzz/artifacts/. Installs clang if missing.
 #   scripts/fuzz.sh [SECONDS]        CHORUS_FUZZ_TARGETS="frame store" selects targets
 set -u -o pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SECONDS_PER_TARGET=${1:-20}
-TARGETS=${CHORUS_FUZZ_TARGETS:-"frame hello status store"}
+TARGETS=${CHORUS_FUZZ_TARGETS:-"frame hello status store zeros"}
 BUILD=${CHORUS_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 
 case $SECONDS_PER_TARGET in

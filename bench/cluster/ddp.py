@@ -14,7 +14,8 @@ rank (train_ddp.py exits non-zero otherwise). Needs root.
 
 A contender chorus+CODEC trains with the chorus backend and averages the buckets through
 chorus.torch.compress_hook(CODEC) with scope inter (only what crosses hosts is compressed);
-its ratios are given against plain chorus.
+its ratios are given against plain chorus. chorus-plain is the chorus backend with
+CHORUS_ZEROS=off (every block crosses whole, zeros included), against gloo.
 
 No Chorus variable is set: the backend finds its way across hosts by itself. gloo is given
 GLOO_SOCKET_IFNAME=eth0 (without it, it binds the address the hostname resolves to, which the
@@ -49,18 +50,22 @@ def parse_args():
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--timeout-sec", type=int, default=600)
     p.add_argument("--contenders", nargs="+", default=list(CONTENDERS),
-                   help="chorus, gloo, chorus+CODEC (fp16, bf16, int8, int4, topk:F)")
+                   help="chorus, gloo, chorus-plain (CHORUS_ZEROS=off), chorus+CODEC (fp16, bf16, int8, int4, topk:F)")
     p.add_argument("extra", nargs="*", help="passed on to train_ddp.py (after --)")
     return p.parse_args()
 
 
 def run_once(args, contender, batch, env):
     backend, _, codec = contender.partition("+")
+    plain = backend == "chorus-plain"
+    backend = "chorus" if plain else backend
     compression = ["--compression", codec, "--compression-scope", "inter"] if codec else []
     command = [CLUSTER, "-H", str(args.hosts), "-n", str(args.ranks), "--rate", args.rate,
                "--timeout", str(args.timeout_sec), "--chorus-run", os.path.join(args.build, "chorus-run")]
     if backend == "gloo":
         command += ["--run-opt", "-x", "--run-opt", "GLOO_SOCKET_IFNAME=eth0"]
+    if plain:
+        command += ["--run-opt", "-x", "--run-opt", "CHORUS_ZEROS=off"]
     command += ["--", "/usr/bin/python3", EXAMPLE, "--backend", backend, "--steps", str(args.steps),
                 "--batch-per-rank", str(batch), "--log-every", "0", "--no-check", "--threads",
                 str(args.threads)] + compression + args.extra
@@ -120,7 +125,7 @@ def print_table(args, results, elapsed_sec):
             print(f"| {batch} | {contender} | {median_of(r, 'samples_per_sec'):.1f} | {step:.1f} | {comm:.1f} | "
                   f"{100 * comm / step:.0f}% |")
         for contender in args.contenders:  # chorus against gloo, compressed against plain chorus
-            base = "gloo" if contender == "chorus" else "chorus" if "+" in contender else None
+            base = "gloo" if contender in ("chorus", "chorus-plain") else "chorus" if "+" in contender else None
             if base not in args.contenders:
                 continue
             c, g = results[(contender, batch)], results[(base, batch)]

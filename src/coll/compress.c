@@ -214,6 +214,7 @@ int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_co
 static int zeros_cover(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
   chorus_compression_opts_t lossless = {CHORUS_COMPRESSION_FP16, 0.0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
   if (comm->zeros == CHORUS_ZEROS_OFF || !setting_covers(comm, &lossless, a) || under_min_bytes(comm, a)) return 0;
+  if (a->count > UINT32_MAX) return 0; /* the form counts a block's elements in 32 bits */
   if (comm->zeros == CHORUS_ZEROS_ON) return 1;
   return chorus__topo_has_rails(&comm->topo) && comm->cost.inter.bytes_per_us <= ZEROS_AUTO_LINK_BYTES_PER_US;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """gen_corpus.py - writes the seed corpus of the fuzz targets: valid messages and edge cases
 for each, in the input layouts the targets document (fuzz_frame.c, fuzz_hello.c,
-fuzz_status.c, fuzz_store.c). Deterministic: rerunning rewrites the same files. The constants (communicator
+fuzz_status.c, fuzz_store.c, fuzz_zeros.c). Deterministic: rerunning rewrites the same files. The constants (communicator
 ids, secrets, the canonical frame) must match the targets'.
 
 Usage: /usr/bin/python3 tests/fuzz/gen_corpus.py [OUTDIR]   (default: tests/fuzz/corpus)
@@ -257,6 +257,42 @@ def write_dir(root, name, cases):
     print(f"{d}: {len(cases)} seeds")
 
 
+# ---- fuzz_zeros: [n - 1 as LE u16][wire form] (reduce/codec.h's ZEROS) ----
+def zeros_input(n, form):
+    return struct.pack("<H", n - 1) + form
+
+
+def zeros_sparse(n, kept):
+    """The sparse form of n elements keeping {index: float}."""
+    words = (n + 63) // 64
+    bitmap = bytearray(8 * words)
+    for i in kept:
+        bitmap[i // 8] |= 1 << (i % 8)
+    values = b"".join(struct.pack("<f", kept[i]) for i in sorted(kept))
+    return struct.pack("<II", 2, len(kept)) + bytes(bitmap) + values
+
+
+def zeros_dense(values):
+    return struct.pack("<II", 1, len(values)) + b"".join(struct.pack("<f", v) for v in values)
+
+
+def zeros_cases():
+    nan = float("nan")
+    return {
+        "dense_3": zeros_input(3, zeros_dense([0.0, -0.0, 5.0])),
+        "dense_wrong_count": zeros_input(3, struct.pack("<II", 1, 4) + bytes(12)),
+        "sparse_130": zeros_input(130, zeros_sparse(130, {i: float(i) for i in range(3, 130, 10)})),
+        "sparse_one_of_64": zeros_input(64, zeros_sparse(64, {63: -0.0})),
+        "sparse_nan": zeros_input(100, zeros_sparse(100, {0: nan, 99: 1e38})),
+        "sparse_none_kept": zeros_input(2048, zeros_sparse(2048, {})),
+        "sparse_count_off": zeros_input(130, struct.pack("<II", 2, 14) + zeros_sparse(130, {i: 1.0 for i in range(0, 130, 10)})[8:]),
+        "sparse_bit_past_n": zeros_input(65, struct.pack("<II", 2, 1) + bytes([0] * 8) + bytes([2, 0, 0, 0, 0, 0, 0, 0]) + struct.pack("<f", 1.0)),
+        "sparse_not_shorter": zeros_input(2, struct.pack("<II", 2, 2) + bytes([3, 0, 0, 0, 0, 0, 0, 0]) + bytes(8)),
+        "unknown_form": zeros_input(4, struct.pack("<II", 3, 4) + bytes(16)),
+        "head_only": zeros_input(10, struct.pack("<II", 2, 0)),
+    }
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
@@ -264,6 +300,7 @@ def main():
     write_dir(root, "hello", hello_cases())
     write_dir(root, "status", status_cases())
     write_dir(root, "store", store_cases())
+    write_dir(root, "zeros", zeros_cases())
 
 
 if __name__ == "__main__":
