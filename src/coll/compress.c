@@ -64,7 +64,8 @@ static chorus_status_t parse_codec(const char* spec, chorus_compression_opts_t* 
 }
 
 chorus_status_t chorus__zeros_from_env(int* mode, char* err, size_t errlen) {
-  static const char* const names[] = {[CHORUS_ZEROS_OFF] = "off", [CHORUS_ZEROS_ON] = "on", [CHORUS_ZEROS_AUTO] = "auto"};
+  static const char* const names[] = {[CHORUS_ZEROS_OFF] = "off", [CHORUS_ZEROS_ON] = "on",
+                                      [CHORUS_ZEROS_AUTO] = "auto"};
   const char* v = chorus__param_str(CHORUS_PARAM_ZEROS);
   for (int m = 0; m < 3; m++)
     if (strcmp(v, names[m]) == 0 || (!v[0] && m == CHORUS_ZEROS_AUTO)) {

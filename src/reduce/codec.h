@@ -92,7 +92,6 @@ size_t chorus__zeros_wire_bytes(const void* head, size_t n);
 /* ZEROS: 1 when wire[0..bytes) is a whole form of n elements (its head, length and bitmap agree):
  * what a receiver checks before decoding another rank's bytes. */
 int chorus__zeros_wire_ok(const void* wire, size_t bytes, size_t n);
-size_t chorus__zeros_sparse_bytes(size_t n, size_t nnz);
 
 /* ZEROS per instruction set (variants.h's isa), for the tests: NULL when this CPU or build
  * cannot run it. */

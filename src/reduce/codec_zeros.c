@@ -27,7 +27,7 @@ static void put_head(uint8_t* wire, uint32_t form, uint32_t nnz) {
   memcpy(wire + 4, &nnz, sizeof nnz);
 }
 
-size_t chorus__zeros_sparse_bytes(size_t n, size_t nnz) { return ZEROS_HEAD + 8 * bitmap_words(n) + 4 * nnz; }
+static size_t sparse_bytes(size_t n, size_t nnz) { return ZEROS_HEAD + 8 * bitmap_words(n) + 4 * nnz; }
 
 /* The dense form when the sparse one would not be shorter. */
 static size_t finish_dense(uint8_t* wire, const float* src, size_t n) {
@@ -36,7 +36,7 @@ static size_t finish_dense(uint8_t* wire, const float* src, size_t n) {
   return ZEROS_HEAD + 4 * n;
 }
 
-static int sparse_pays(size_t n, size_t nnz) { return chorus__zeros_sparse_bytes(n, nnz) < ZEROS_HEAD + 4 * n; }
+static int sparse_pays(size_t n, size_t nnz) { return sparse_bytes(n, nnz) < ZEROS_HEAD + 4 * n; }
 
 /* ---- plain C ---- */
 
@@ -50,27 +50,36 @@ static uint64_t word_bits(const float* src, size_t len) {
   return bits;
 }
 
+/* Word w of the bitmap: stores it and returns how many elements it keeps. */
+static size_t put_word(uint8_t* bitmap, size_t w, uint64_t bits) {
+  memcpy(bitmap + 8 * w, &bits, sizeof bits);
+  return (size_t)__builtin_popcountll(bits);
+}
+
+static uint64_t get_word(const uint8_t* bitmap, size_t w) {
+  uint64_t bits;
+  memcpy(&bits, bitmap + 8 * w, sizeof bits);
+  return bits;
+}
+
+/* Appends the kept elements of one word's elements (from src) at value *k on. */
+static void compact_word(uint8_t* out, size_t* k, uint64_t bits, const float* src) {
+  for (; bits; bits &= bits - 1) memcpy(out + 4 * (*k)++, &src[__builtin_ctzll(bits)], 4);
+}
+
 static size_t generic_encode(void* dst, const float* src, size_t n) {
   if (n == 0) return 0;
   uint8_t* wire = dst;
   uint8_t* bitmap = wire + ZEROS_HEAD;
-  size_t words = bitmap_words(n), nnz = 0;
+  size_t words = bitmap_words(n), nnz = 0, k = 0;
   for (size_t w = 0; w < words; w++) {
-    size_t first = w * WORD_ELEMS, len = n - first < WORD_ELEMS ? n - first : WORD_ELEMS;
-    uint64_t bits = word_bits(src + first, len);
-    memcpy(bitmap + 8 * w, &bits, sizeof bits);
-    nnz += (size_t)__builtin_popcountll(bits);
+    size_t first = w * WORD_ELEMS;
+    nnz += put_word(bitmap, w, word_bits(src + first, n - first < WORD_ELEMS ? n - first : WORD_ELEMS));
   }
   if (!sparse_pays(n, nnz)) return finish_dense(wire, src, n);
-  uint8_t* out = bitmap + 8 * words;
-  size_t k = 0;
-  for (size_t w = 0; w < words; w++) {
-    uint64_t bits;
-    memcpy(&bits, bitmap + 8 * w, sizeof bits);
-    for (; bits; bits &= bits - 1) memcpy(out + 4 * k++, &src[w * WORD_ELEMS + (size_t)__builtin_ctzll(bits)], 4);
-  }
+  for (size_t w = 0; w < words; w++) compact_word(bitmap + 8 * words, &k, get_word(bitmap, w), src + w * WORD_ELEMS);
   put_head(wire, CHORUS_ZEROS_SPARSE, (uint32_t)nnz);
-  return chorus__zeros_sparse_bytes(n, nnz);
+  return sparse_bytes(n, nnz);
 }
 
 static void dense_decode(float* dst, const uint8_t* wire, size_t n, int accumulate) {
@@ -107,10 +116,8 @@ static void generic_decode(float* dst, const void* src, size_t n, int accumulate
   size_t words = bitmap_words(n), k = 0;
   const uint8_t* values = wire + ZEROS_HEAD + 8 * words;
   for (size_t w = 0; w < words; w++) {
-    uint64_t bits;
-    memcpy(&bits, wire + ZEROS_HEAD + 8 * w, sizeof bits);
     size_t first = w * WORD_ELEMS, len = n - first < WORD_ELEMS ? n - first : WORD_ELEMS;
-    decode_word(dst + first, bits, values, &k, len, accumulate);
+    decode_word(dst + first, get_word(wire + ZEROS_HEAD, w), values, &k, len, accumulate);
   }
 }
 
@@ -134,25 +141,14 @@ ZEROS_AVX512 static size_t avx512_encode(void* dst, const float* src, size_t n) 
   if (n == 0) return 0;
   uint8_t* wire = dst;
   uint8_t* bitmap = wire + ZEROS_HEAD;
-  size_t words = bitmap_words(n), full = n / WORD_ELEMS, nnz = 0;
-  for (size_t w = 0; w < full; w++) {
-    uint64_t bits = avx512_word_bits(src + w * WORD_ELEMS);
-    memcpy(bitmap + 8 * w, &bits, sizeof bits);
-    nnz += (size_t)__builtin_popcountll(bits);
-  }
-  if (full < words) {
-    uint64_t bits = word_bits(src + full * WORD_ELEMS, n - full * WORD_ELEMS);
-    memcpy(bitmap + 8 * full, &bits, sizeof bits);
-    nnz += (size_t)__builtin_popcountll(bits);
-  }
+  size_t words = bitmap_words(n), full = n / WORD_ELEMS, nnz = 0, k = 0;
+  for (size_t w = 0; w < full; w++) nnz += put_word(bitmap, w, avx512_word_bits(src + w * WORD_ELEMS));
+  if (full < words) nnz += put_word(bitmap, full, word_bits(src + full * WORD_ELEMS, n - full * WORD_ELEMS));
   if (!sparse_pays(n, nnz)) return finish_dense(wire, src, n);
   uint8_t* out = bitmap + 8 * words;
-  size_t k = 0;
   for (size_t w = 0; w < full; w++) {
-    uint64_t bits;
-    memcpy(&bits, bitmap + 8 * w, sizeof bits);
-    if (!bits) continue;
-    for (int q = 0; q < 4; q++) {
+    uint64_t bits = get_word(bitmap, w);
+    for (int q = 0; bits && q < 4; q++) {
       __mmask16 m = (__mmask16)(bits >> (16 * q));
       if (!m) continue;
       __m512 v = _mm512_maskz_compress_ps(m, _mm512_loadu_ps(src + w * WORD_ELEMS + 16 * q));
@@ -160,13 +156,9 @@ ZEROS_AVX512 static size_t avx512_encode(void* dst, const float* src, size_t n) 
       k += (size_t)__builtin_popcount(m);
     }
   }
-  if (full < words) {
-    uint64_t bits;
-    memcpy(&bits, bitmap + 8 * full, sizeof bits);
-    for (; bits; bits &= bits - 1) memcpy(out + 4 * k++, &src[full * WORD_ELEMS + (size_t)__builtin_ctzll(bits)], 4);
-  }
+  if (full < words) compact_word(out, &k, get_word(bitmap, full), src + full * WORD_ELEMS);
   put_head(wire, CHORUS_ZEROS_SPARSE, (uint32_t)nnz);
-  return chorus__zeros_sparse_bytes(n, nnz);
+  return sparse_bytes(n, nnz);
 }
 
 ZEROS_AVX512 static void avx512_decode(float* dst, const void* src, size_t n, int accumulate) {
@@ -179,8 +171,7 @@ ZEROS_AVX512 static void avx512_decode(float* dst, const void* src, size_t n, in
   size_t words = bitmap_words(n), full = n / WORD_ELEMS, k = 0;
   const uint8_t* values = wire + ZEROS_HEAD + 8 * words;
   for (size_t w = 0; w < full; w++) {
-    uint64_t bits;
-    memcpy(&bits, wire + ZEROS_HEAD + 8 * w, sizeof bits);
+    uint64_t bits = get_word(wire + ZEROS_HEAD, w);
     for (int q = 0; q < 4; q++) {
       __mmask16 m = (__mmask16)(bits >> (16 * q));
       float* d = dst + w * WORD_ELEMS + 16 * q;
@@ -190,9 +181,8 @@ ZEROS_AVX512 static void avx512_decode(float* dst, const void* src, size_t n, in
     }
   }
   if (full < words) {
-    uint64_t bits;
-    memcpy(&bits, wire + ZEROS_HEAD + 8 * full, sizeof bits);
-    decode_word(dst + full * WORD_ELEMS, bits, values, &k, n - full * WORD_ELEMS, accumulate);
+    uint64_t last = get_word(wire + ZEROS_HEAD, full);
+    decode_word(dst + full * WORD_ELEMS, last, values, &k, n - full * WORD_ELEMS, accumulate);
   }
 }
 #endif
@@ -217,7 +207,7 @@ size_t chorus__zeros_wire_bytes(const void* head, size_t n) {
   memcpy(&form, head, sizeof form);
   memcpy(&nnz, (const uint8_t*)head + 4, sizeof nnz);
   if (form == CHORUS_ZEROS_DENSE) return nnz == n ? ZEROS_HEAD + 4 * n : 0;
-  if (form == CHORUS_ZEROS_SPARSE && nnz <= n && sparse_pays(n, nnz)) return chorus__zeros_sparse_bytes(n, nnz);
+  if (form == CHORUS_ZEROS_SPARSE && nnz <= n && sparse_pays(n, nnz)) return sparse_bytes(n, nnz);
   return 0;
 }
 
@@ -229,8 +219,7 @@ int chorus__zeros_wire_ok(const void* wire, size_t bytes, size_t n) {
   if (form == CHORUS_ZEROS_DENSE) return 1;
   size_t words = bitmap_words(n), set = 0;
   for (size_t w = 0; w < words; w++) {
-    uint64_t bits;
-    memcpy(&bits, (const uint8_t*)wire + ZEROS_HEAD + 8 * w, sizeof bits);
+    uint64_t bits = get_word((const uint8_t*)wire + ZEROS_HEAD, w);
     if (w == words - 1 && n % WORD_ELEMS && bits >> (n % WORD_ELEMS)) return 0; /* bits past the end */
     set += (size_t)__builtin_popcountll(bits);
   }

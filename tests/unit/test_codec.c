@@ -911,7 +911,8 @@ static void test_zeros_damage(void) {
   for (int i = 0; i < 130; i++) x[i] = i % 10 == 3 ? (float)i : 0.0f;
   uint8_t wire[8 + 4 * 130 + 64];
   size_t bytes = ref_zeros_encode(wire, x, 130);
-  check(get_u32(wire, 0) == 2 && get_u32(wire, 1) == 13 && bytes == 8 + 24 + 52 && chorus__zeros_wire_ok(wire, bytes, 130),
+  check(get_u32(wire, 0) == 2 && get_u32(wire, 1) == 13 && bytes == 8 + 24 + 52 &&
+            chorus__zeros_wire_ok(wire, bytes, 130),
         "zeros: 13 of 130 kept is the sparse form, 84 bytes");
   uint8_t bad[sizeof wire];
   memcpy(bad, wire, bytes);
@@ -963,7 +964,8 @@ static void test_zeros(work_t* w) {
       snprintf(ctx, sizeof ctx, "n=%zu, %d per mille +0%s", n, shares[z].permille, shares[z].runs ? " in runs" : "");
       fill_zeros_case(w->src, n, shares[z].permille, shares[z].runs);
       fill_acc(w->acc0, n);
-      for (int v = 0; v < nv; v++) check_zeros_variant(variants[v]->name, variants[v]->encode, variants[v]->decode, ctx, n, w);
+      for (int v = 0; v < nv; v++)
+        check_zeros_variant(variants[v]->name, variants[v]->encode, variants[v]->decode, ctx, n, w);
       check_zeros_variant("dispatched", dispatched_zeros_encode, dispatched_zeros_decode, ctx, n, w);
     }
   test_zeros_damage();

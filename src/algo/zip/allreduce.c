@@ -33,7 +33,7 @@
 #include "core/comm.h"
 
 enum { ZIP_START, ZIP_RS_WAIT, ZIP_AG_WAIT, ZIP_TOPK_WAIT, ZIP_DONE };
-enum { TAG_RS = 0, TAG_AG = 1, TAG_RS_TAIL = 2, TAG_AG_TAIL = 3 };
+enum { TAG_RS = 0, TAG_AG = 1, TAG_TAIL = 2 /* added to its head's tag */ };
 /* The head of a variable-length form: a few bitmap words past the form's 8-byte head, so that a
  * short form takes one message, and a long one's second message starts little later. */
 #define HEAD_BYTES 512u
@@ -105,7 +105,7 @@ static chorus_status_t post_send(chorus_task_t* t, chorus_zip_t* z, int kind, in
   if (a.bytes < head) memset(a.buf + a.bytes, 0, head - a.bytes);
   chorus_status_t st = chorus__sched_post(t, &z->s, &z->x[1], 1, m, a.buf, head, tag);
   if (st < 0 || a.bytes <= head) return st;
-  return chorus__sched_post(t, &z->s, &z->x[2], 1, m, a.buf + head, a.bytes - head, tag + TAG_RS_TAIL);
+  return chorus__sched_post(t, &z->s, &z->x[2], 1, m, a.buf + head, a.bytes - head, tag + TAG_TAIL);
 }
 
 static chorus_status_t post_recv(chorus_task_t* t, chorus_zip_t* z, int kind, int m) {
@@ -126,7 +126,7 @@ static chorus_status_t receive_rest(chorus_task_t* t, chorus_zip_t* z, int m) {
   size_t head = head_bytes(z, a.elems), bytes = chorus__zeros_wire_bytes(a.buf, a.elems);
   if (z->rx == RX_HEAD && bytes > head) {
     z->rx = RX_TAIL;
-    uint32_t tag = (z->kind == XCH_AG ? TAG_AG : TAG_RS) + TAG_RS_TAIL;
+    uint32_t tag = (z->kind == XCH_AG ? TAG_AG : TAG_RS) + TAG_TAIL;
     return chorus__sched_post(t, &z->s, &z->x[0], 0, m, a.buf + head, bytes - head, tag);
   }
   z->rx = RX_DONE;
