@@ -205,7 +205,9 @@ int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_co
 #define ZEROS_AUTO_LINK_BYTES_PER_US 750.0
 
 /* Whether the lossless ZEROS form carries a call the setting does not compress: float32 sum/avg
- * allreduces that cross hosts, from min_bytes, by CHORUS_ZEROS. In auto only on links slow
+ * allreduces that cross hosts, from CHORUS_ZEROS_MIN_BYTES (256 KiB: at 64 KiB on 4 emulated
+ * hosts x 2 ranks the form's two messages per block took dense calls to 1.21x the plain
+ * two-level allreduce's time, from 256 KiB on level; docs/cluster.md), by CHORUS_ZEROS. In auto only on links slow
  * enough and where the two-level allreduce's rails carry it (hosts of equal size, several ranks
  * each), whose pipeline hides the form's passes behind the other chunks' transfers: on hosts of
  * one rank the flat compressed allreduce that would carry it encodes, exchanges and decodes
@@ -214,7 +216,8 @@ int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_co
  * host 0's, published at creation. */
 static int zeros_cover(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
   chorus_compression_opts_t lossless = {CHORUS_COMPRESSION_FP16, 0.0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
-  if (comm->zeros == CHORUS_ZEROS_OFF || !setting_covers(comm, &lossless, a) || under_min_bytes(comm, a)) return 0;
+  if (comm->zeros == CHORUS_ZEROS_OFF || !setting_covers(comm, &lossless, a)) return 0;
+  if (a->count < comm->zeros_min_bytes / sizeof(float) + (comm->zeros_min_bytes % sizeof(float) != 0)) return 0;
   if (a->count > UINT32_MAX) return 0; /* the form counts a block's elements in 32 bits */
   if (comm->zeros == CHORUS_ZEROS_ON) return 1;
   return chorus__topo_has_rails(&comm->topo) && comm->cost.inter.bytes_per_us <= ZEROS_AUTO_LINK_BYTES_PER_US;

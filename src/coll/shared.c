@@ -83,6 +83,7 @@ static void compression_scope(const chorus_comm_t* c, char* v, size_t n) {
   snprintf(v, n, "%s", c->compression_env.scope == CHORUS_COMPRESSION_SCOPE_ALL ? "all" : "inter");
 }
 static void compression_min(const chorus_comm_t* c, char* v, size_t n) { snprintf(v, n, "%zu", c->compression_min_bytes); }
+static void zeros_min(const chorus_comm_t* c, char* v, size_t n) { snprintf(v, n, "%zu", c->zeros_min_bytes); }
 static void zeros(const chorus_comm_t* c, char* v, size_t n) {
   snprintf(v, n, "%s", c->zeros == CHORUS_ZEROS_OFF ? "off" : c->zeros == CHORUS_ZEROS_ON ? "on" : "auto");
 }
@@ -108,6 +109,7 @@ static const struct {
     {"CHORUS_COMPRESSION_SCOPE", compression_scope},
     {"CHORUS_COMPRESSION_MIN_BYTES", compression_min},
     {"CHORUS_ZEROS", zeros},
+    {"CHORUS_ZEROS_MIN_BYTES", zeros_min},
     {"CHORUS_GROUP_FUSE_BYTES", fuse_bytes},
 };
 _Static_assert(sizeof(settings) / sizeof(settings[0]) == CHORUS_SHARED_SETTINGS,

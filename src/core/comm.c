@@ -193,7 +193,7 @@ static chorus_status_t read_tcp_cc(chorus_comm_t* comm, char* err, size_t errlen
 chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_config_t* cfg) {
   chorus__log_init();
   char err[300] = "";
-  enum { NINT = 15 };
+  enum { NINT = 16 };
   int64_t v[NINT];
   static const chorus_param_id_t ids[NINT] = {CHORUS_PARAM_TIMEOUT_SEC, CHORUS_PARAM_CONNECT_TIMEOUT_SEC,
                                               CHORUS_PARAM_RETRY_COUNT, CHORUS_PARAM_NSOCKS_PER_PEER,
@@ -202,7 +202,7 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
                                               CHORUS_PARAM_SHM_SLOT_SIZE, CHORUS_PARAM_SHM_STREAM_BYTES,
                                               CHORUS_PARAM_P2P_EAGER_BYTES, CHORUS_PARAM_P2P_UNEXPECTED_BYTES,
                                               CHORUS_PARAM_GROUP_FUSE_BYTES, CHORUS_PARAM_COMPRESSION_MIN_BYTES,
-                                              CHORUS_PARAM_SHM_SINGLE_COPY};
+                                              CHORUS_PARAM_SHM_SINGLE_COPY, CHORUS_PARAM_ZEROS_MIN_BYTES};
   for (int i = 0; i < NINT; i++) {
     chorus_status_t st = chorus__param_int(ids[i], &v[i], err, sizeof(err));
     if (st < 0) {
@@ -227,6 +227,7 @@ chorus_status_t chorus__comm_read_settings(chorus_comm_t* comm, const chorus_con
   comm->group_fuse_bytes = v[12] < 0 ? GROUP_FUSE_BY_TOPOLOGY : (size_t)v[12];
   comm->compression_min_bytes = (size_t)v[13];
   comm->shm_single_copy = (int)v[14];
+  comm->zeros_min_bytes = (size_t)v[15];
   if (cfg) {
     if (cfg->size < sizeof(size_t) + sizeof(unsigned) || cfg->version / 10000 != CHORUS_VERSION_MAJOR) {
       chorus__comm_set_error(comm, "chorus_config_t was not initialised with CHORUS_CONFIG_INIT");

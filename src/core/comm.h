@@ -78,6 +78,7 @@ struct chorus_comm {
   chorus_compression_opts_t compression, compression_env;
   size_t compression_min_bytes; /* the setting leaves smaller calls exact (mu) */
   int zeros; /* CHORUS_ZEROS: CHORUS_ZEROS_OFF, _ON or _AUTO (coll/compress.c) */
+  size_t zeros_min_bytes; /* CHORUS_ZEROS_MIN_BYTES */
   char algo_spec[256];                                      /* CHORUS_ALGO as given */
   chorus_algo_rule_t rules[CH_COLL_COUNT][CHORUS_MAX_ALGO_RULES]; /* resolved per collective */
   int nrules[CH_COLL_COUNT];

@@ -143,7 +143,7 @@ typedef struct chorus_transport {
 } chorus_transport_t;
 
 /* Settings every rank must share (coll/shared.c), of which each rank publishes a hash apiece. */
-#define CHORUS_SHARED_SETTINGS 13
+#define CHORUS_SHARED_SETTINGS 14
 
 /* Words of a rank's CPU affinity in its peer info: CPU_SETSIZE (1024) bits. */
 #define CHORUS_AFFINITY_WORDS 16

@@ -8,11 +8,12 @@
  *    only where every rank holds -0), every rank alike, on 2x2 and 4x2 hosts (the two-level
  *    allreduce's rails), 2x3, 4x1 and 3+1 (the flat compressed allreduce);
  *  - which calls take the form, read from the trace's codec field: those of at least
- *    CHORUS_COMPRESSION_MIN_BYTES across hosts, not smaller ones, other dtypes, one host or
+ *    CHORUS_ZEROS_MIN_BYTES across hosts, not smaller ones, other dtypes, one host or
  *    CHORUS_ZEROS=off; under auto, a host link priced at 250 bytes/us (CHORUS_LINK_INTER) takes
  *    it, one at 2000 does not, nor hosts of one rank or of unequal size; a forced inner engine
  *    (CHORUS_ALGO=allreduce:hier/ring) runs without it;
- *  - a CHORUS_ZEROS value that is not auto, on or off fails creation.
+ *  - a CHORUS_ZEROS value that is not auto, on or off, or a CHORUS_ZEROS_MIN_BYTES that is not
+ *    a byte count, fails creation.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +90,6 @@ static int exact_rank(chorus_comm_t* comm, int rank, void* arg) {
   (void)arg;
   int n = 0, wrong = 0;
   ASSERT_OK(chorus_comm_size(comm, &n));
-  ASSERT_COMM_OK(comm, chorus_comm_set_compression_min_bytes(comm, 0)); /* every count */
   call_t calls[16];
   int ncalls = calls_of(calls);
   for (int k = 0; k < ncalls; k++) {
@@ -116,10 +116,12 @@ static int exact_rank(chorus_comm_t* comm, int rank, void* arg) {
 
 static void exact_on(int n, const int* hosts) {
   setenv("CHORUS_ZEROS", "on", 1);
+  setenv("CHORUS_ZEROS_MIN_BYTES", "0", 1); /* every count */
   ranks_set_hosts(n, hosts);
   int st = run_ranks(n, exact_rank, NULL);
   ranks_set_hosts(0, NULL);
   unsetenv("CHORUS_ZEROS");
+  unsetenv("CHORUS_ZEROS_MIN_BYTES");
   ASSERT_EQ(st, 0);
 }
 
@@ -131,11 +133,11 @@ TEST_EX(exact_3p1, 300, "full") { exact_on(4, k3p1); }
 
 /* ---- which calls take the form ---- */
 
-/* Calls of known codec, in this order: float32 sum of 64 KiB (the default minimum), of 64 KiB
- * less one element, an int32 sum of 64 KiB, a float32 max of 64 KiB. */
+/* Calls of known codec, in this order: float32 sum of 256 KiB (CHORUS_ZEROS_MIN_BYTES's
+ * default), of 256 KiB less one element, an int32 sum of 256 KiB, a float32 max of 256 KiB. */
 static int kinds_rank(chorus_comm_t* comm, int rank, void* arg) {
   (void)arg;
-  size_t count = 65536 / sizeof(float);
+  size_t count = 262144 / sizeof(float);
   float* f = calloc(count, sizeof(float));
   int32_t* i32 = calloc(count, sizeof(int32_t));
   ASSERT_TRUE(f && i32);
@@ -240,14 +242,15 @@ TEST_EX(auto_by_link, 300, "quick") {
 /* ---- the setting's errors (ranks that differ: tests/proc/test_settings_mismatch.sh) ---- */
 
 TEST_EX(bad_value, 120, "quick") {
-  const char* bad[] = {"yes", "1", "On"};
+  const char* bad[][2] = {{"CHORUS_ZEROS", "yes"}, {"CHORUS_ZEROS", "1"}, {"CHORUS_ZEROS", "On"},
+                          {"CHORUS_ZEROS_MIN_BYTES", "-1"}, {"CHORUS_ZEROS_MIN_BYTES", "1M"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("CHORUS_ZEROS", bad[i], 1);
+    setenv(bad[i][0], bad[i][1], 1);
     chorus_unique_id_t id;
     ASSERT_OK(chorus_get_unique_id(&id));
     chorus_comm_t* comm = NULL;
     ASSERT_STATUS(chorus_comm_init(&comm, 1, 0, &id, NULL), CHORUS_ERR_INVALID_ARG);
     ASSERT_NULL(comm); /* the warning it logs names the variable and what it expects */
+    unsetenv(bad[i][0]);
   }
-  unsetenv("CHORUS_ZEROS");
 }

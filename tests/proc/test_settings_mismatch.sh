@@ -30,7 +30,7 @@ job() { # job NAME VAR=VALUE: the job's exit status in RC, its seconds in ELAPSE
 for setting in CHORUS_NSOCKS_PER_PEER=2 CHORUS_SHM_DISABLE=1 CHORUS_TUNE=0 CHORUS_ALGO=allreduce:ring \
   CHORUS_LINK_INTRA=2,9000 CHORUS_LINK_INTER=40,250 CHORUS_BUFF_SIZE=65536 CHORUS_SHM_SLOT_SIZE=65536 \
   CHORUS_COMPRESSION=fp16 CHORUS_COMPRESSION_SCOPE=all CHORUS_COMPRESSION_MIN_BYTES=0 CHORUS_GROUP_FUSE_BYTES=0 \
-  CHORUS_ZEROS=off; do
+  CHORUS_ZEROS=off CHORUS_ZEROS_MIN_BYTES=0; do
   var=${setting%%=*}
   job "$var" "$setting"
   [ $RC != 0 ] || fail "$setting on rank 2: the job succeeded"
