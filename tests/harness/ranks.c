@@ -125,3 +125,13 @@ int run_ranks_cfg(int nranks, const chorus_config_t* cfg, ranks_fn fn, void* arg
 }
 
 int run_ranks(int nranks, ranks_fn fn, void* arg) { return run_ranks_cfg(nranks, NULL, fn, arg); }
+
+chorus_status_t ranks_create_alone(void) {
+  chorus_unique_id_t id;
+  chorus_status_t st = chorus_get_unique_id(&id);
+  if (st < 0) return st;
+  chorus_comm_t* comm = NULL;
+  st = chorus_comm_init(&comm, 1, 0, &id, NULL);
+  if (st >= 0) return chorus_comm_destroy(comm);
+  return comm ? CHORUS_ERR_INTERNAL : st;
+}

@@ -38,4 +38,8 @@ typedef struct ranks_group ranks_group_t;
 ranks_group_t* ranks_start(int nranks, const chorus_config_t* cfg, ranks_fn fn, void* arg);
 int ranks_join(ranks_group_t* group);
 
+/* Creates a communicator of one rank under the current environment and destroys it again:
+ * returns the creation's status (a failed creation that left a handle behind: ERR_INTERNAL). */
+chorus_status_t ranks_create_alone(void);
+
 #endif /* CHORUS_TEST_RANKS_H */
