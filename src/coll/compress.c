@@ -179,19 +179,28 @@ chorus_status_t chorus__compression_check_opts(chorus_comm_t* comm, const chorus
   return CHORUS_OK;
 }
 
+/* Whether any codec may carry call a: a float32 sum/avg allreduce, across hosts when only what
+ * crosses them is encoded. */
+static int codec_may_carry(const chorus_comm_t* comm, const chorus_coll_args_t* a, int inter_only) {
+  if (a->coll != CH_COLL_ALLREDUCE || a->dtype != CHORUS_FLOAT32) return 0;
+  return (a->op == CHORUS_SUM || a->op == CHORUS_AVG) && (!inter_only || comm->topo.nhosts >= 2);
+}
+
 /* Whether setting o compresses a call like a, whatever its size. */
 static int setting_covers(const chorus_comm_t* comm, const chorus_compression_opts_t* o, const chorus_coll_args_t* a) {
-  if (o->codec == CHORUS_COMPRESSION_NONE || a->coll != CH_COLL_ALLREDUCE) return 0;
-  if (a->dtype != CHORUS_FLOAT32 || (a->op != CHORUS_SUM && a->op != CHORUS_AVG)) return 0;
-  if (o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST && comm->topo.nhosts < 2) return 0;
+  if (o->codec == CHORUS_COMPRESSION_NONE) return 0;
+  if (!codec_may_carry(comm, a, o->scope == CHORUS_COMPRESSION_SCOPE_INTER_HOST)) return 0;
   /* Top-k's indices are 32-bit (reduce/codec.h): a larger call goes as it is, on every rank alike. */
   return o->codec != CHORUS_COMPRESSION_TOPK || a->count <= UINT32_MAX;
 }
 
-/* Fewer bytes than the communicator's min_bytes (count x 4 < min_bytes, without overflow). */
-static int under_min_bytes(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
-  size_t min = comm->compression_min_bytes;
+/* Fewer than min bytes of float32 (count x 4 < min, without overflow). */
+static int under_bytes(const chorus_coll_args_t* a, size_t min) {
   return a->count < min / sizeof(float) + (min % sizeof(float) != 0);
+}
+
+static int under_min_bytes(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
+  return under_bytes(a, comm->compression_min_bytes);
 }
 
 int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
@@ -207,17 +216,16 @@ int chorus__compression_exact_by_size(const chorus_comm_t* comm, const chorus_co
 /* Whether the lossless ZEROS form carries a call the setting does not compress: float32 sum/avg
  * allreduces that cross hosts, from CHORUS_ZEROS_MIN_BYTES (256 KiB: at 64 KiB on 4 emulated
  * hosts x 2 ranks the form's two messages per block took dense calls to 1.21x the plain
- * two-level allreduce's time, from 256 KiB on level; docs/cluster.md), by CHORUS_ZEROS. In auto only on links slow
- * enough and where the two-level allreduce's rails carry it (hosts of equal size, several ranks
+ * two-level allreduce's time, from 256 KiB on level; docs/cluster.md), by CHORUS_ZEROS. In auto
+ * only on links slow enough and where the two-level allreduce's rails carry it (hosts of equal size, several ranks
  * each), whose pipeline hides the form's passes behind the other chunks' transfers: on hosts of
  * one rank the flat compressed allreduce that would carry it encodes, exchanges and decodes
  * whole blocks in turn, and took 1.26-1.38x the ring's time for dense 4-16 MiB vectors on 4
  * emulated hosts at 2 Gbit/s (docs/cluster.md). Every rank decides alike: the link figure is
  * host 0's, published at creation. */
 static int zeros_cover(const chorus_comm_t* comm, const chorus_coll_args_t* a) {
-  chorus_compression_opts_t lossless = {CHORUS_COMPRESSION_FP16, 0.0, CHORUS_COMPRESSION_SCOPE_INTER_HOST};
-  if (comm->zeros == CHORUS_ZEROS_OFF || !setting_covers(comm, &lossless, a)) return 0;
-  if (a->count < comm->zeros_min_bytes / sizeof(float) + (comm->zeros_min_bytes % sizeof(float) != 0)) return 0;
+  if (comm->zeros == CHORUS_ZEROS_OFF || !codec_may_carry(comm, a, 1)) return 0;
+  if (under_bytes(a, comm->zeros_min_bytes)) return 0;
   if (a->count > UINT32_MAX) return 0; /* the form counts a block's elements in 32 bits */
   if (comm->zeros == CHORUS_ZEROS_ON) return 1;
   return chorus__topo_has_rails(&comm->topo) && comm->cost.inter.bytes_per_us <= ZEROS_AUTO_LINK_BYTES_PER_US;

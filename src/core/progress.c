@@ -392,12 +392,13 @@ typedef struct {
 } spin_t;
 
 /* The communicator's spin, but where every rank of the machine has a CPU of its own (and
- * CHORUS_SPIN_US is not set) at least twice the call's predicted time, up to CALL_SPIN_MAX_US. Inside a call the awaited peers are mostly
- * copying for it, and they are done within about that time; a sleep in between costs the wake-up
- * of a halted virtual CPU, tens of microseconds. 2 ranks, 1 MiB broadcasts read straight from
- * the root's buffer (about 48 us): the root slept after 50 us and the calls took 48-79 us, 47-49
- * with a 1000 us spin (2026-12-07, docs/compare.md run 23). A call whose peer is late (still
- * computing) costs its core at most that spin more before it sleeps. */
+ * CHORUS_SPIN_US is not set) at least twice the call's predicted time, up to CALL_SPIN_MAX_US.
+ * Inside a call the awaited peers are mostly copying for it, and they are done within about that
+ * time; a sleep in between costs the wake-up of a halted virtual CPU, tens of microseconds. 2
+ * ranks, 1 MiB broadcasts read straight from the root's buffer (about 48 us): the root slept
+ * after 50 us and the calls took 48-79 us, 47-49 with a 1000 us spin (2026-12-07,
+ * docs/compare.md run 23). A call whose peer is late (still computing) costs its core at most
+ * that spin more before it sleeps. */
 uint64_t chorus__engine_spin_ns(const chorus_comm_t* comm, const chorus_task_t* target) {
   double us = target && target->spins_long ? comm->spin_small_us : comm->spin_us;
   if (target && comm->spin_by_link && !comm->oversubscribed && !comm->machine_crowded) {

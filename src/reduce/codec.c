@@ -258,6 +258,14 @@ size_t chorus__codec_encode(const chorus_codec_t* c, void* dst, const float* src
   return chorus__codec_bytes(c, n);
 }
 
+size_t chorus__codec_wire_bytes(const chorus_codec_t* c, const void* head, size_t n) {
+  return chorus__codec_fixed(c) ? chorus__codec_bytes(c, n) : chorus__zeros_wire_bytes(head, n);
+}
+
+int chorus__codec_wire_ok(const chorus_codec_t* c, const void* wire, size_t bytes, size_t n) {
+  return chorus__codec_fixed(c) ? bytes == chorus__codec_bytes(c, n) : chorus__zeros_wire_ok(wire, bytes, n);
+}
+
 void chorus__codec_decode(const chorus_codec_t* c, float* dst, const void* src, size_t n) {
   if (n == 0) return;
   if (codec_has_kernels(c->kind)) {

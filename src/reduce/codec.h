@@ -86,11 +86,16 @@ static inline int chorus__codec_fixed(const chorus_codec_t* c) { return c->kind 
  * (above) and may be the same pointer as src. n < 2^32. */
 size_t chorus__codec_encode(const chorus_codec_t* c, void* dst, const float* src, size_t n, float* residual);
 
-/* ZEROS: the bytes of the form whose first 8 bytes are at head, for n elements; 0 when the head
- * describes no form of n elements. */
+/* The bytes of the wire form of n elements whose first CHORUS_CODEC_HEAD_BYTES are at head (a
+ * fixed codec's: chorus__codec_bytes); 0 when the head describes no form of n elements. */
+#define CHORUS_CODEC_HEAD_BYTES 8
+size_t chorus__codec_wire_bytes(const chorus_codec_t* c, const void* head, size_t n);
+/* 1 when wire[0..bytes) is a whole form of n elements: what a receiver checks before decoding
+ * another rank's bytes (a fixed codec's form of the right length always is). */
+int chorus__codec_wire_ok(const chorus_codec_t* c, const void* wire, size_t bytes, size_t n);
+
+/* ZEROS's own length and check, behind the two above (exposed for its fuzz target). */
 size_t chorus__zeros_wire_bytes(const void* head, size_t n);
-/* ZEROS: 1 when wire[0..bytes) is a whole form of n elements (its head, length and bitmap agree):
- * what a receiver checks before decoding another rank's bytes. */
 int chorus__zeros_wire_ok(const void* wire, size_t bytes, size_t n);
 
 /* ZEROS per instruction set (variants.h's isa), for the tests: NULL when this CPU or build

@@ -18,7 +18,7 @@
 #define ZEROS_HAVE_X86 0
 #endif
 
-enum { ZEROS_HEAD = 8, WORD_ELEMS = 64 };
+enum { ZEROS_HEAD = CHORUS_CODEC_HEAD_BYTES, WORD_ELEMS = 64 };
 
 static size_t bitmap_words(size_t n) { return (n + WORD_ELEMS - 1) / WORD_ELEMS; }
 

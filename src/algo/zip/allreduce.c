@@ -37,6 +37,7 @@ enum { TAG_RS = 0, TAG_AG = 1, TAG_TAIL = 2 /* added to its head's tag */ };
 /* The head of a variable-length form: a few bitmap words past the form's 8-byte head, so that a
  * short form takes one message, and a long one's second message starts little later. */
 #define HEAD_BYTES 512u
+_Static_assert(HEAD_BYTES >= CHORUS_CODEC_HEAD_BYTES, "the first message holds the form's own head");
 enum { RX_HEAD, RX_TAIL, RX_DONE }; /* the receive of a round */
 
 struct chorus_zip {
@@ -123,17 +124,17 @@ static chorus_status_t receive_rest(chorus_task_t* t, chorus_zip_t* z, int m) {
     z->rx = RX_DONE;
     return CHORUS_OK;
   }
-  size_t head = head_bytes(z, a.elems), bytes = chorus__zeros_wire_bytes(a.buf, a.elems);
+  size_t head = head_bytes(z, a.elems), bytes = chorus__codec_wire_bytes(&z->s.codec, a.buf, a.elems);
   if (z->rx == RX_HEAD && bytes > head) {
     z->rx = RX_TAIL;
     uint32_t tag = (z->kind == XCH_AG ? TAG_AG : TAG_RS) + TAG_TAIL;
     return chorus__sched_post(t, &z->s, &z->x[0], 0, m, a.buf + head, bytes - head, tag);
   }
   z->rx = RX_DONE;
-  if (bytes && chorus__zeros_wire_ok(a.buf, bytes, a.elems)) return CHORUS_OK;
+  if (bytes && chorus__codec_wire_ok(&z->s.codec, a.buf, bytes, a.elems)) return CHORUS_OK;
   snprintf(t->comm->tp.err, sizeof(t->comm->tp.err),
-           "from rank %d: a block of %zu elements whose lossless form is malformed (%zu bytes announced)",
-           chorus__group_rank(&z->s.group, m), a.elems, bytes);
+           "from rank %d: a block of %zu elements whose %s form is malformed (%zu bytes announced)",
+           chorus__group_rank(&z->s.group, m), a.elems, chorus__codec_name(z->s.codec.kind), bytes);
   return CHORUS_ERR_PROTOCOL;
 }
 
